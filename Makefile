@@ -1,0 +1,42 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.kernelfix-installed
+
+# CPU-only machines get the CPU build of torch (a plain `pip install torch` would pull
+# a multi-GB CUDA build); machines with an NVIDIA driver get the default build.
+TORCH_CPU ?= torch==2.13.0
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+
+.PHONY: demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+ifeq ($(HAS_GPU),yes)
+	$(BIN)/python -m pip install -q torch
+else
+	$(BIN)/python -m pip install -q $(TORCH_CPU)
+endif
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m pytest_kernelfix.demo example_project
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -m "not slow" tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check pytest_kernelfix tests benchmarks
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/matcher_bench.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache example_project/.kernelfix

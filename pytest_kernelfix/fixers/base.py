@@ -1,0 +1,90 @@
+"""The one small protocol every fixer implements: propose edits for a bug.
+
+A fixer never touches files and never runs tests; it turns a :class:`ProposalRequest`
+(what is broken, what was tried) into a :class:`Proposal` (edits plus the cost of
+getting them). The healing loop applies and verifies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.edits import Modification
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one earlier round proposed and how it ended, in a line or two."""
+
+    round: int
+    outcome: str
+    diff: str = ""
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    """Everything a fixer may look at for one round of one bug.
+
+    ``files`` hold the current candidate text of every editable file (the original in
+    round 1); ``cumulative_diff`` is the change from the original so far; ``feedback``
+    says what went wrong in the previous round (new failure, edits that did not match
+    with the nearest fragment of the file, rejected candidates).
+    """
+
+    context: BugContext
+    round: int
+    files: tuple[SourceFile, ...]
+    cumulative_diff: str = ""
+    feedback: str = ""
+    history: tuple[Attempt, ...] = ()
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Cost of getting an answer: model calls, tokens, dollars, seconds."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    seconds: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cost + other.cost,
+            self.seconds + other.seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A fixer's answer for one round.
+
+    ``parse_error`` is set (and ``modifications`` empty) when the answer could not be
+    read; the loop feeds that message back to the model next round.
+    """
+
+    modifications: tuple[Modification, ...]
+    raw: str = ""
+    analysis: str = ""
+    parse_error: str = ""
+    usage: Usage = field(default_factory=Usage)
+    source: str = ""
+
+
+class FixerError(Exception):
+    """The fixer could not answer at all (API down after retries, cassette used up).
+
+    The message goes into the report as the reason the bug stayed unhealed.
+    """
+
+
+class Fixer(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...

@@ -1,0 +1,242 @@
+"""Record which Triton kernels a test launches, and with which argument types.
+
+An ``assert_close`` failure has no kernel frame in its traceback, so the kernel behind
+it is found by watching launches instead. The recorder wraps ``JITFunction.run`` (and
+``InterpretedFunction.run`` under ``TRITON_INTERPRET=1``) at class level, which also
+sees launches made through ``Autotuner`` and ``Heuristics`` (they call ``fn.run``).
+
+The same records serve three stages: grouping and context in the session, the
+kernel-bypass check in reruns (a fixed test must still launch a kernel), and the GPU
+compile gate, which needs each launch's argument types and constexpr values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+#: Launch options that change how a kernel compiles; recorded when given at launch.
+COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+JSONScalar = int | float | bool | str | None
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One distinct launch of a ``@triton.jit`` function, as JSON-primitive data.
+
+    ``signature`` lists ``(parameter, triton type)`` in parameter order, with
+    ``"constexpr"`` for constexpr parameters (``"*fp32"``, ``"i32"``, ``"fp32"``...);
+    ``constexprs`` holds their values; values that are not JSON scalars are kept as
+    ``repr`` strings and ``exact`` is False, so the compile gate knows to skip them.
+    """
+
+    name: str
+    file: str
+    line: int
+    signature: tuple[tuple[str, str], ...] = ()
+    constexprs: tuple[tuple[str, JSONScalar], ...] = ()
+    options: tuple[tuple[str, int], ...] = ()
+    exact: bool = True
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line} ({self.name})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "file": self.file,
+            "line": self.line,
+            "signature": [list(pair) for pair in self.signature],
+            "constexprs": [list(pair) for pair in self.constexprs],
+            "options": [list(pair) for pair in self.options],
+            "exact": self.exact,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelLaunch:
+        return cls(
+            name=str(data["name"]),
+            file=str(data["file"]),
+            line=int(data["line"]),
+            signature=tuple((str(k), str(v)) for k, v in data.get("signature", ())),
+            constexprs=tuple((str(k), v) for k, v in data.get("constexprs", ())),
+            options=tuple((str(k), int(v)) for k, v in data.get("options", ())),
+            exact=bool(data.get("exact", True)),
+        )
+
+
+def python_function(kernel: Any) -> Callable[..., Any] | None:
+    """The plain Python function behind a JIT, interpreted, autotuned or heuristic kernel."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        if inspect.isfunction(kernel):
+            return kernel  # type: ignore[no-any-return]
+        kernel = getattr(kernel, "fn", None)
+        seen += 1
+    return None
+
+
+def definition_site(fn: Callable[..., Any]) -> tuple[str, int]:
+    """(file, 1-based line of ``def``) of a Python function, past its decorators."""
+    code = fn.__code__
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return code.co_filename, code.co_firstlineno
+    for offset, text in enumerate(lines):
+        stripped = text.lstrip()
+        if stripped.startswith(("def ", "async def ")):
+            return code.co_filename, start + offset
+    return code.co_filename, start
+
+
+def _is_constexpr_annotation(annotation: Any) -> bool:
+    if annotation is inspect.Parameter.empty:
+        return False
+    if isinstance(annotation, str):
+        return "constexpr" in annotation
+    return getattr(annotation, "__name__", "") == "constexpr"
+
+
+def _json_scalar(value: Any) -> tuple[JSONScalar, bool]:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value, True
+    inner = getattr(value, "value", value)  # tl.constexpr(3)
+    if inner is not value and (inner is None or isinstance(inner, (bool, int, float, str))):
+        return inner, True
+    return repr(value), False
+
+
+def _arg_type(value: Any) -> str:
+    from triton.runtime.jit import mangle_type
+
+    try:
+        return str(mangle_type(value))
+    except Exception:  # a dtype, a custom object: not something a signature can name
+        return f"<{type(value).__name__}>"
+
+
+def describe_launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KernelLaunch:
+    """Build the record of one launch from the JIT object and the launch arguments."""
+    fn = python_function(kernel)
+    if fn is None:
+        name = getattr(kernel, "__name__", type(kernel).__name__)
+        return KernelLaunch(name=name, file="", line=0, exact=False)
+    file, line = definition_site(fn)
+    parameters = inspect.signature(fn).parameters
+    call_kwargs = {k: v for k, v in kwargs.items() if k in parameters}
+    options = tuple(
+        (key, int(kwargs[key])) for key in COMPILE_OPTIONS if isinstance(kwargs.get(key), int)
+    )
+    try:
+        bound = inspect.signature(fn).bind_partial(*args, **call_kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+    except TypeError:
+        return KernelLaunch(fn.__name__, file, line, options=options, exact=False)
+    signature: list[tuple[str, str]] = []
+    constexprs: list[tuple[str, JSONScalar]] = []
+    exact = True
+    for pname, param in parameters.items():
+        if pname not in values:
+            exact = False
+            continue
+        value = values[pname]
+        if _is_constexpr_annotation(param.annotation):
+            scalar, ok = _json_scalar(value)
+            exact = exact and ok
+            signature.append((pname, "constexpr"))
+            constexprs.append((pname, scalar))
+        else:
+            kind = _arg_type(value)
+            exact = exact and not kind.startswith("<")
+            signature.append((pname, kind))
+    return KernelLaunch(
+        fn.__name__, file, line, tuple(signature), tuple(constexprs), options, exact
+    )
+
+
+class LaunchRecorder:
+    """Counts and describes kernel launches while installed.
+
+    ``launches()`` returns the distinct launches since the last ``reset()`` in the order
+    they first happened; ``count`` counts every launch. ``kernels`` maps each record to
+    the live kernel object so that the compile gate can build it for a GPU target.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._records: dict[KernelLaunch, Any] = {}
+        self._originals: list[tuple[type, Callable[..., Any]]] = []
+        self._lock = threading.Lock()
+
+    def launches(self) -> tuple[KernelLaunch, ...]:
+        return tuple(self._records)
+
+    @property
+    def kernels(self) -> dict[KernelLaunch, Any]:
+        return dict(self._records)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.count = 0
+            self._records = {}
+
+    def _record(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            launch = describe_launch(kernel, args, kwargs)
+        except Exception:  # recording must never break the user's kernel launch
+            return
+        with self._lock:
+            self.count += 1
+            self._records.setdefault(launch, kernel)
+
+    def install(self) -> None:
+        if self._originals:
+            return
+        for cls in _kernel_classes():
+            original = cls.__dict__["run"]
+            recorder = self
+
+            def run(
+                self: Any, *args: Any, _original: Any = original, **kwargs: Any
+            ) -> Any:
+                if not kwargs.get("warmup", False):
+                    recorder._record(self, args, kwargs)
+                return _original(self, *args, **kwargs)
+
+            run.__wrapped__ = original  # type: ignore[attr-defined]
+            cls.run = run  # type: ignore[attr-defined]
+            self._originals.append((cls, original))
+
+    def uninstall(self) -> None:
+        for cls, original in reversed(self._originals):
+            cls.run = original  # type: ignore[attr-defined]
+        self._originals = []
+
+    @contextmanager
+    def recording(self) -> Iterator[LaunchRecorder]:
+        self.install()
+        try:
+            yield self
+        finally:
+            self.uninstall()
+
+
+def _kernel_classes() -> list[type]:
+    """The classes whose ``run`` launches a kernel, compiled and interpreted."""
+    from triton.runtime.jit import JITFunction
+
+    classes: list[type] = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # a triton build without the interpreter
+        return classes
+    classes.append(InterpretedFunction)
+    return classes
