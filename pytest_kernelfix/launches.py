@@ -202,18 +202,19 @@ class LaunchRecorder:
             return
         for cls in _kernel_classes():
             original = cls.__dict__["run"]
-            recorder = self
-
-            def run(
-                self: Any, *args: Any, _original: Any = original, **kwargs: Any
-            ) -> Any:
-                if not kwargs.get("warmup", False):
-                    recorder._record(self, args, kwargs)
-                return _original(self, *args, **kwargs)
-
-            run.__wrapped__ = original  # type: ignore[attr-defined]
-            cls.run = run  # type: ignore[attr-defined]
+            cls.run = self._wrap(original)  # type: ignore[attr-defined]
             self._originals.append((cls, original))
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        def run(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("warmup", False):
+                recorder._record(kernel, args, kwargs)
+            return original(kernel, *args, **kwargs)
+
+        run.__wrapped__ = original  # type: ignore[attr-defined]
+        return run
 
     def uninstall(self) -> None:
         for cls, original in reversed(self._originals):

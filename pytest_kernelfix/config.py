@@ -1,0 +1,278 @@
+"""One frozen settings object, built from the command line, the ini file and the environment.
+
+Every option has an ini twin; the command line wins, then the environment variable
+(where one exists), then the ini file, then the documented default. This module stays
+import-light: it is loaded by every pytest run in an environment with the plugin.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEVICES = ("auto", "cuda", "interpret")
+DEFAULT_TARGET = "cuda:90"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A ``--kernelfix-*`` flag, its ini twin and (optionally) an environment variable."""
+
+    name: str
+    help: str
+    default: Any
+    kind: str = "string"  # string | int | float | bool | lines | choice
+    choices: tuple[str, ...] = ()
+    env: str = ""
+    metavar: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.name
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("kernelfix", "Heal failing kernel tests and write patches to the report dir", False,
+           "bool"),
+    Option("kernelfix_apply", "Heal failing kernel tests and write the winning patches into "
+           "the working tree", False, "bool"),
+    Option("kernelfix_rounds", "Propose-and-verify rounds per bug (default: 3)", 3, "int",
+           metavar="N"),
+    Option("kernelfix_model", "Fixer: a litellm model string (openai/gpt-4o, "
+           "anthropic/claude-sonnet-4-5, ollama/qwen2.5-coder...), replay:PATH for a "
+           "cassette, or recipes (default: recipes)", "recipes", env="KERNELFIX_MODEL",
+           metavar="NAME"),
+    Option("kernelfix_api_base", "Base URL of an OpenAI-compatible endpoint (vLLM, a proxy)",
+           "", env="KERNELFIX_API_BASE", metavar="URL"),
+    Option("kernelfix_llm_timeout", "Seconds to wait for one model answer (default: 120)",
+           120.0, "float", metavar="SECONDS"),
+    Option("kernelfix_llm_retries", "Retries of a failed model call (default: 2)", 2, "int",
+           metavar="N"),
+    Option("kernelfix_report_dir", "Directory for patches and reports, relative to the rootdir "
+           "(default: .kernelfix)", ".kernelfix", metavar="DIR"),
+    Option("kernelfix_timeout", "Seconds allowed for one sandbox rerun (default: 600)", 600.0,
+           "float", metavar="SECONDS"),
+    Option("kernelfix_device", "Where kernels run: auto (CUDA when torch sees a GPU, else the "
+           "Triton interpreter), cuda or interpret (default: auto)", "auto", "choice",
+           choices=DEVICES),
+    Option("kernelfix_record", "Append every live model answer to this JSONL cassette", "",
+           metavar="PATH"),
+    Option("kernelfix_prompts_dir", "Directory of jinja2 templates that override the packaged "
+           "prompts", "", metavar="DIR"),
+    Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
+           "int", metavar="N"),
+    Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
+           "cuda:80... or off (default: cuda:90)", DEFAULT_TARGET, metavar="TARGET"),
+    Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
+           "queries to the CPU (default: true)", True, "bool"),
+    Option("kernelfix_sandbox_exclude", "Glob patterns (relative to the rootdir) left out of "
+           "the sandbox copy", (), "lines"),
+    Option("kernelfix_paths", "Glob patterns (relative to the rootdir) of the only files "
+           "edits may touch", (), "lines"),
+)
+
+_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option in one ``kernelfix`` group, each with its ini twin."""
+    group = parser.getgroup("kernelfix", "heal failing Triton kernel tests")
+    for option in OPTIONS:
+        ini_type = {"bool": "bool", "lines": "linelist"}.get(option.kind, "string")
+        parser.addini(option.name, option.help, type=ini_type, default=_ini_default(option))
+        if option.kind == "lines":
+            continue  # lists live in the ini file only
+        if option.kind == "bool" and option.name in ("kernelfix", "kernelfix_apply"):
+            group.addoption(option.flag, action="store_true", default=None, dest=option.dest,
+                            help=option.help)
+        elif option.kind == "bool":
+            group.addoption(option.flag, choices=("on", "off"), default=None, dest=option.dest,
+                            help=option.help)
+        elif option.kind == "choice":
+            group.addoption(option.flag, choices=option.choices, default=None, dest=option.dest,
+                            help=option.help)
+        else:
+            group.addoption(option.flag, default=None, dest=option.dest,
+                            metavar=option.metavar or None, help=option.help)
+
+
+def _ini_default(option: Option) -> Any:
+    """Empty means "not set in the ini file", so :func:`resolve` can fall back."""
+    if option.kind == "lines":
+        return []
+    if option.kind == "bool":
+        return bool(option.default)
+    return ""
+
+
+def _convert(option: Option, value: Any) -> Any:
+    """Turn a CLI, env or ini value into the option's type, with a clear error."""
+    try:
+        if option.kind == "int":
+            number = int(str(value).strip())
+            if number < 0:
+                raise ValueError
+            return number
+        if option.kind == "float":
+            seconds = float(str(value).strip())
+            if seconds <= 0:
+                raise ValueError
+            return seconds
+        if option.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError
+        if option.kind == "choice":
+            text = str(value).strip()
+            if text not in option.choices:
+                raise ValueError
+            return text
+        if option.kind == "lines":
+            return tuple(str(line).strip() for line in value if str(line).strip())
+        return str(value).strip()
+    except (TypeError, ValueError):
+        expected = {
+            "int": "a whole number >= 0",
+            "float": "a number of seconds > 0",
+            "bool": "true or false",
+            "choice": " | ".join(option.choices),
+        }.get(option.kind, "a string")
+        raise pytest.UsageError(
+            f"kernelfix: invalid value {value!r} for {option.flag} / ini {option.name}: "
+            f"expected {expected}"
+        ) from None
+
+
+def resolve(config: pytest.Config, name: str, namespace: Any = None) -> Any:
+    """The value of one option: CLI first, then environment, then ini, then default."""
+    option = _BY_NAME[name]
+    space = namespace if namespace is not None else config.option
+    cli = getattr(space, option.dest, None)
+    if cli is not None:
+        return _convert(option, cli)
+    if option.env and os.environ.get(option.env, "").strip():
+        return _convert(option, os.environ[option.env])
+    ini = config.getini(option.name)
+    if isinstance(ini, str) and not ini.strip():
+        return option.default
+    return _convert(option, ini)
+
+
+def cli_given(config: pytest.Config, name: str, namespace: Any = None) -> bool:
+    space = namespace if namespace is not None else config.option
+    return getattr(space, _BY_NAME[name].dest, None) is not None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the plugin was asked to do, resolved once per session."""
+
+    heal: bool
+    apply: bool
+    rounds: int
+    model: str
+    api_base: str
+    llm_timeout: float
+    llm_retries: int
+    report_dir: Path
+    timeout: float
+    device: str
+    record: Path | None
+    prompts_dir: Path | None
+    max_groups: int
+    target: str
+    cuda_shim: bool
+    sandbox_exclude: tuple[str, ...]
+    paths: tuple[str, ...]
+    rootdir: Path
+
+    @property
+    def gate_enabled(self) -> bool:
+        return self.target.lower() not in ("", "off", "none")
+
+
+def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
+    """Build :class:`Settings`; raises :class:`pytest.UsageError` on a bad value."""
+    rootdir = Path(config.rootpath)
+
+    def value(name: str) -> Any:
+        return resolve(config, name, namespace)
+
+    def path_or_none(name: str) -> Path | None:
+        text = value(name)
+        return _under(rootdir, text) if text else None
+
+    apply = bool(value("kernelfix_apply"))
+    heal = bool(value("kernelfix")) or apply
+    rounds = value("kernelfix_rounds")
+    if rounds < 1:
+        raise pytest.UsageError("kernelfix: --kernelfix-rounds must be at least 1")
+    return Settings(
+        heal=heal,
+        apply=apply,
+        rounds=rounds,
+        model=value("kernelfix_model") or "recipes",
+        api_base=value("kernelfix_api_base"),
+        llm_timeout=value("kernelfix_llm_timeout"),
+        llm_retries=value("kernelfix_llm_retries"),
+        report_dir=_under(rootdir, value("kernelfix_report_dir") or ".kernelfix"),
+        timeout=value("kernelfix_timeout"),
+        device=value("kernelfix_device"),
+        record=path_or_none("kernelfix_record"),
+        prompts_dir=path_or_none("kernelfix_prompts_dir"),
+        max_groups=value("kernelfix_max_groups"),
+        target=value("kernelfix_target"),
+        cuda_shim=bool(value("kernelfix_cuda_shim")),
+        sandbox_exclude=value("kernelfix_sandbox_exclude"),
+        paths=value("kernelfix_paths"),
+        rootdir=rootdir,
+    )
+
+
+def device_requested(config: pytest.Config, namespace: Any = None) -> bool:
+    """True when the user chose a device explicitly (CLI or ini), even without healing.
+
+    ``--kernelfix-device interpret`` on its own runs a GPU suite on the interpreter with
+    the CPU shim: the way to run GPU kernel tests on a CPU-only CI.
+    """
+    if cli_given(config, "kernelfix_device", namespace):
+        return True
+    return bool(str(config.getini("kernelfix_device")).strip())
+
+
+def resolve_device(requested: str, detect_cuda: Callable[[], bool] | None = None) -> str:
+    """``cuda`` or ``interpret``; ``auto`` asks torch, unless TRITON_INTERPRET is already on."""
+    if requested in ("cuda", "interpret"):
+        return requested
+    if os.environ.get("TRITON_INTERPRET", "").strip() in ("1", "true", "True"):
+        return "interpret"
+    if detect_cuda is None:
+        detect_cuda = _torch_sees_cuda
+    return "cuda" if detect_cuda() else "interpret"
+
+
+def _torch_sees_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _under(rootdir: Path, text: str) -> Path:
+    path = Path(os.path.expanduser(text))
+    return path if path.is_absolute() else rootdir / path
