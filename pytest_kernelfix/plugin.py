@@ -1,0 +1,77 @@
+"""pytest hooks of pytest-kernelfix: options, the ``kernel`` marker, hand-off to a session.
+
+This module is the ``pytest11`` entry point, imported by every pytest run in an
+environment where the plugin is installed: it imports nothing heavy, and it does
+nothing beyond registering the marker unless ``--kernelfix``, ``--kernelfix-apply`` or
+an explicit ``--kernelfix-device`` asks for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_kernelfix import config as kernelfix_config
+
+SESSION_PLUGIN = "kernelfix-session"
+MARKER = (
+    "kernel: the test launches a Triton kernel; "
+    "pytest --kernelfix heals the kernel when the test fails"
+)
+device_key = pytest.StashKey[str]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_kernelfix import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    kernelfix_config.add_options(parser)
+
+
+def _wanted(config: pytest.Config, namespace: Any = None) -> bool:
+    resolve = kernelfix_config.resolve
+    healing = bool(resolve(config, "kernelfix", namespace)) or bool(
+        resolve(config, "kernelfix_apply", namespace)
+    )
+    return healing or kernelfix_config.device_requested(config, namespace)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    """Choose the device before conftest files and test modules import kernels."""
+    namespace = early_config.known_args_namespace
+    if not _wanted(early_config, namespace):
+        return
+    from pytest_kernelfix import device
+
+    requested = kernelfix_config.resolve(early_config, "kernelfix_device", namespace)
+    chosen = kernelfix_config.resolve_device(requested)
+    cuda_shim = bool(kernelfix_config.resolve(early_config, "kernelfix_cuda_shim", namespace))
+    device.prepare(chosen, cuda_shim=cuda_shim)
+    early_config.stash[device_key] = chosen
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+    settings = kernelfix_config.load_settings(config)
+    if not settings.heal:
+        return
+    from pytest_kernelfix.session import KernelfixSession
+
+    chosen = config.stash.get(device_key, None) or kernelfix_config.resolve_device(
+        settings.device
+    )
+    config.pluginmanager.register(KernelfixSession(config, settings, chosen), SESSION_PLUGIN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
+    if session is not None:
+        session.close()
+        config.pluginmanager.unregister(session)

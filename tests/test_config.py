@@ -1,0 +1,164 @@
+"""Options: one group, ini twins, CLI > env > ini > default, clear errors."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from pytest_kernelfix.config import OPTIONS, resolve_device
+
+pytest_plugins = "pytester"
+
+SHOW = """
+import json, pathlib
+from pytest_kernelfix.config import load_settings
+
+def pytest_configure(config):
+    s = load_settings(config)
+    pathlib.Path("settings.json").write_text(json.dumps({
+        "heal": s.heal, "apply": s.apply, "rounds": s.rounds, "model": s.model,
+        "timeout": s.timeout, "device": s.device, "report_dir": str(s.report_dir),
+        "cuda_shim": s.cuda_shim, "paths": list(s.paths), "target": s.target,
+    }))
+"""
+
+
+def settings_of(pytester: pytest.Pytester, *args: str) -> dict[str, object]:
+    import json
+
+    pytester.makeconftest(SHOW)
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    pytester.runpytest(*args)
+    return json.loads((pytester.path / "settings.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_every_option_is_prefixed_and_has_an_ini_twin(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    out = result.stdout.str()
+    assert "heal failing Triton kernel tests:" in out  # the one option group
+    for option in OPTIONS:
+        assert option.name.startswith("kernelfix")
+        assert f"{option.name} (" in out  # ini twin listed
+        if option.kind != "lines":
+            assert option.flag in out
+
+
+def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KERNELFIX_MODEL", raising=False)
+    settings = settings_of(pytester)
+    assert settings["heal"] is False
+    assert settings["rounds"] == 3
+    assert settings["model"] == "recipes"
+    assert settings["device"] == "auto"
+    assert settings["target"] == "cuda:90"
+    assert settings["cuda_shim"] is True
+    assert settings["report_dir"] == str(pytester.path / ".kernelfix")
+
+
+def test_ini_values_are_read_and_cli_wins(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KERNELFIX_MODEL", raising=False)
+    pytester.makeini(
+        """
+        [pytest]
+        kernelfix_rounds = 5
+        kernelfix_model = replay:tape.jsonl
+        kernelfix_timeout = 12.5
+        kernelfix_cuda_shim = false
+        kernelfix_paths =
+            kernels/*.py
+            ops/*.py
+        """
+    )
+    settings = settings_of(pytester)
+    assert settings["rounds"] == 5
+    assert settings["model"] == "replay:tape.jsonl"
+    assert settings["timeout"] == 12.5
+    assert settings["cuda_shim"] is False
+    assert settings["paths"] == ["kernels/*.py", "ops/*.py"]
+    settings = settings_of(pytester, "--kernelfix-rounds=2", "--kernelfix-cuda-shim=on")
+    assert settings["rounds"] == 2
+    assert settings["cuda_shim"] is True
+
+
+def test_environment_model_sits_between_cli_and_ini(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\nkernelfix_model = from-ini\n")
+    monkeypatch.setenv("KERNELFIX_MODEL", "openai/from-env")
+    assert settings_of(pytester)["model"] == "openai/from-env"
+    assert settings_of(pytester, "--kernelfix-model=ollama/cli")["model"] == "ollama/cli"
+
+
+def test_apply_implies_heal(pytester: pytest.Pytester) -> None:
+    settings = settings_of(pytester, "--kernelfix-apply", "-p", "no:cacheprovider",
+                           "--kernelfix-device=cuda")
+    assert settings["heal"] is True and settings["apply"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--kernelfix-rounds=many",), "expected a whole number"),
+        (("--kernelfix-timeout=0",), "a number of seconds > 0"),
+        (("--kernelfix-rounds=0",), "at least 1"),
+    ],
+)
+def test_bad_values_are_usage_errors(
+    pytester: pytest.Pytester, args: tuple[str, ...], message: str
+) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_bad_device_choice_is_rejected(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kernelfix-device=tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid choice" in result.stderr.str()
+
+
+def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert resolve_device("cuda", lambda: False) == "cuda"
+    assert resolve_device("interpret", lambda: True) == "interpret"
+    assert resolve_device("auto", lambda: True) == "cuda"
+    assert resolve_device("auto", lambda: False) == "interpret"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_device("auto", lambda: True) == "interpret"
+
+
+def test_plugin_is_inert_and_import_light_without_flags(pytester: pytest.Pytester) -> None:
+    """Without the flags nothing heavy is imported and no report dir appears."""
+    pytester.makepyfile(
+        test_light="""
+        import sys
+
+        def test_modules():
+            heavy = [m for m in ("torch", "triton", "litellm", "jinja2", "rapidfuzz")
+                     if m in sys.modules]
+            assert heavy == []
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / ".kernelfix").exists()
+    assert sys.executable  # the subprocess ran with this interpreter
+
+
+def test_marker_is_registered_always(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.kernel: the test launches a Triton kernel*"])
+    pytester.makepyfile(
+        test_marked="""
+        import pytest
+
+        @pytest.mark.kernel
+        def test_one():
+            pass
+        """
+    )
+    pytester.runpytest("--strict-markers").assert_outcomes(passed=1)

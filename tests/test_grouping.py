@@ -1,0 +1,185 @@
+"""Capture records, grouping into bugs, editable files, context, redaction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelfix.capture import Failure, PassedTest, read_record, report_record
+from pytest_kernelfix.context import build_context, truncate_log
+from pytest_kernelfix.failure import ErrorInfo, Frame, describe_exception
+from pytest_kernelfix.grouping import (
+    editable_files,
+    group_failures,
+    is_test_file,
+    regression_nodeids,
+)
+from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.redact import MARKER, redact
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "gelu.py").write_text("def gelu_kernel():\n    y = tl.tanh(x)\n")
+    (tmp_path / "kernels" / "softmax.py").write_text("def softmax_kernel():\n    pass\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_gelu.py").write_text("def test_gelu():\n    gelu()\n")
+    (tmp_path / "tests" / "helpers.py").write_text("def reference():\n    pass\n")
+    (tmp_path / "conftest.py").write_text("")
+    venv = tmp_path / ".venv" / "lib"
+    venv.mkdir(parents=True)
+    (tmp_path / ".venv" / "pyvenv.cfg").write_text("")
+    (venv / "dep.py").write_text("")
+    return tmp_path
+
+
+def failure(root: Path, nodeid: str, message: str, *, frames: list[Frame] | None = None,
+            launches: tuple[KernelLaunch, ...] = ()) -> Failure:
+    test_path = str(root / "tests" / "test_gelu.py")
+    frames = frames if frames is not None else [
+        Frame(test_path, 2, "test_gelu", "gelu()"),
+        Frame(str(root / "kernels" / "gelu.py"), 2, "gelu_kernel", "y = tl.tanh(x)"),
+    ]
+    return Failure(nodeid, test_path, ErrorInfo("AttributeError", message, tuple(frames)),
+                   "longrepr text", launches)
+
+
+def test_test_files_are_recognised() -> None:
+    assert is_test_file("tests/test_x.py")
+    assert is_test_file("pkg/x_test.py")
+    assert is_test_file("conftest.py")
+    assert is_test_file("tests/helpers.py")  # a reference beside the tests is not editable
+    assert not is_test_file("kernels/gelu.py")
+    assert not is_test_file("testing_utils.py")
+
+
+def test_editable_files_leave_out_tests_conftest_and_environments(project: Path) -> None:
+    frames = [
+        Frame(str(project / "tests" / "test_gelu.py"), 2, "test_gelu"),
+        Frame(str(project / "tests" / "helpers.py"), 2, "reference"),
+        Frame(str(project / "conftest.py"), 1, "fixture"),
+        Frame(str(project / ".venv" / "lib" / "dep.py"), 1, "dep"),
+        Frame("/usr/lib/python3/site-packages/triton/jit.py", 1, "run"),
+        Frame(str(project / "kernels" / "gelu.py"), 2, "gelu_kernel"),
+    ]
+    launch = KernelLaunch("softmax_kernel", str(project / "kernels" / "softmax.py"), 1)
+    found = editable_files(failure(project, "t::a", "boom", frames=frames, launches=(launch,)),
+                           project)
+    assert found == ("kernels/gelu.py", "kernels/softmax.py")
+
+
+def test_parametrized_failures_of_one_bug_form_one_group(project: Path) -> None:
+    failures = [
+        failure(project, f"tests/test_gelu.py::test_gelu[{n}]",
+                f"Mismatched elements: {n} / 1000 ({n / 10}%)")
+        for n in (3, 17, 250)
+    ]
+    failures.append(failure(project, "tests/test_gelu.py::test_other", "a different error"))
+    groups = group_failures(failures, project)
+    assert [len(g.failures) for g in groups] == [3, 1]
+    first = groups[0]
+    assert first.editable == ("kernels/gelu.py",)
+    assert first.kernel == "gelu_kernel"
+    assert first.id.startswith("gelu_kernel-attributeerror-")
+    assert first.id != groups[1].id
+    # stable across runs: the id depends on the bug, not on the order or the run
+    again = group_failures(list(reversed(failures[:3])), project)
+    assert again[0].id == first.id
+
+
+def test_regression_set_is_passed_tests_that_launched_an_editable_kernel(project: Path) -> None:
+    group = group_failures([failure(project, "t::a", "x")], project)[0]
+    gelu = KernelLaunch("gelu_kernel", str(project / "kernels" / "gelu.py"), 1)
+    other = KernelLaunch("softmax_kernel", str(project / "kernels" / "softmax.py"), 1)
+    passed = [PassedTest("t::uses_gelu", (gelu,)), PassedTest("t::uses_softmax", (other,)),
+              PassedTest("t::no_kernel")]
+    assert regression_nodeids(group, passed, project) == ("t::uses_gelu",)
+
+
+def test_report_record_round_trips_through_json(project: Path) -> None:
+    launch = KernelLaunch("gelu_kernel", str(project / "kernels" / "gelu.py"), 1,
+                          (("x", "*fp32"), ("BLOCK", "constexpr")), (("BLOCK", 128),))
+    error = failure(project, "n", "boom").error
+    record = report_record(kernel=True, test_path=str(project / "tests" / "test_gelu.py"),
+                           launches=(launch,), error=error, root=project)
+    restored = read_record("n", json.loads(json.dumps(record)), "long")
+    assert isinstance(restored, Failure)
+    assert restored.error == error
+    assert restored.launches == (launch,)
+    hashed = dict(restored.hashes)
+    assert str(project / "kernels" / "gelu.py") in hashed  # taken for the stale check
+    passed = read_record("n", report_record(kernel=True, test_path="t", launches=(launch,),
+                                            error=None, root=project), "")
+    assert passed == PassedTest("n", (launch,))
+
+
+def test_describe_exception_unwraps_interpreter_errors() -> None:
+    class InterpreterError(Exception):
+        pass
+
+    def kernel() -> None:
+        raise AttributeError("module 'triton.language' has no attribute 'tanh'")
+
+    try:
+        try:
+            kernel()
+        except AttributeError as inner:
+            raise InterpreterError(repr(inner)) from inner
+    except InterpreterError as outer:
+        info = describe_exception(outer)
+    assert info.type == "AttributeError"
+    assert info.headline == "AttributeError: module 'triton.language' has no attribute 'tanh'"
+    assert info.frames[-1].name == "kernel"  # the innermost frame is the kernel line
+    assert "raise AttributeError" in info.frames[-1].line
+
+
+def test_signature_ignores_numbers_and_addresses() -> None:
+    a = ErrorInfo("AssertionError", "Mismatched elements: 3 / 100 (3.0%) at 0x7f00aa")
+    b = ErrorInfo("AssertionError", "Mismatched elements: 95 / 1000 (9.5%) at 0x7f11bb")
+    assert a.signature() == b.signature()
+    assert a.signature() != ErrorInfo("ValueError", a.message).signature()
+
+
+def test_truncate_log_keeps_head_and_tail() -> None:
+    text = "\n".join(f"line {i}" for i in range(1000))
+    cut = truncate_log(text, head=5, tail=10)
+    assert cut.startswith("line 0\n")
+    assert cut.endswith("line 999")
+    assert "[985 lines cut]" in cut
+    assert truncate_log("short") == "short"
+    huge_line = "x" * 5000
+    assert len(truncate_log(huge_line)) < 1000
+
+
+def test_redaction_of_env_secrets_and_key_shapes() -> None:
+    env = {"OPENAI_API_KEY": "abcdef123456", "MY_TOKEN": "tok-987654", "HOME": "/root",
+           "SOME_KEY_PATH": "/etc/keys", "TOKENIZERS_PARALLELISM": "false"}
+    text = ("key=abcdef123456 tok-987654 sk-proj-ABCDEFGHIJKLMNOPQRST ghp_" + "a" * 36 +
+            " AKIAABCDEFGHIJKLMNOP Bearer eyJhbGciOiJIUzI1NiJ9xyz /etc/keys false /root")
+    out = redact(text, env)
+    assert "abcdef123456" not in out and "tok-987654" not in out
+    assert "sk-proj" not in out and "ghp_" not in out and "AKIA" not in out
+    assert "eyJhbGci" not in out
+    assert out.count(MARKER) == 6
+    assert "/etc/keys false /root" in out  # paths and flags in secret-named vars stay
+
+
+def test_context_is_redacted_and_states_the_real_error(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVICE_API_KEY", "supersecretvalue42")
+    (project / "tests" / "test_gelu.py").write_text("KEY = 'supersecretvalue42'\n")
+    bug = failure(project, "tests/test_gelu.py::test_gelu", "no attribute 'tanh'")
+    bug = Failure(bug.nodeid, bug.test_path, bug.error,
+                  "Traceback ... token supersecretvalue42 ...", bug.launches)
+    context = build_context(group_failures([bug], project)[0], project, device="interpret")
+    assert context.editable[0].path == "kernels/gelu.py"
+    assert context.tests[0].path == "tests/test_gelu.py"
+    everything = context.error_log + context.tests[0].text
+    assert "supersecretvalue42" not in everything
+    assert "Error: AttributeError: no attribute 'tanh'" in context.error_log
+    assert "Raised at: kernels/gelu.py:2 in gelu_kernel" in context.error_log
+    assert context.kernel_lines == ("kernels/gelu.py:2 in gelu_kernel: y = tl.tanh(x)",)
