@@ -101,7 +101,7 @@ def test_a_slow_server_times_out(fake_llm: FakeLLM) -> None:
 
 def test_a_timeout_is_retried(fake_llm: FakeLLM) -> None:
     fake_llm.script(Delay(30), answer(GELU_ANSWER))
-    proposal = fixer_for(fake_llm, timeout=0.5, num_retries=1).propose(sample_request())
+    proposal = fixer_for(fake_llm, timeout=1.5, num_retries=1).propose(sample_request())
     assert len(proposal.modifications) == 1
     assert len(fake_llm.requests) == 2
 
@@ -120,6 +120,27 @@ def test_authentication_errors_are_not_retried_and_never_show_the_key(
         fixer_for(fake_llm, num_retries=2).propose(sample_request())
     assert "authentication failed (HTTP 401) after 1 attempt" in str(info.value)
     assert KEY not in str(info.value) and "Incorrect API key provided" in str(info.value)
+    assert len(fake_llm.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        (400, "Unrecognized request argument supplied: foo", "request rejected (HTTP 400)"),
+        (400, "This model's maximum context length is 8192 tokens. However, your messages "
+              "resulted in 9100 tokens.", "prompt too long for the model's context window"),
+        (403, "Project does not have access to model", "authentication failed (HTTP 403)"),
+        (404, "The model `fake-model` does not exist", "model or endpoint not found (HTTP 404)"),
+    ],
+    ids=["bad-request", "context-window", "forbidden", "not-found"],
+)
+def test_client_errors_are_reported_without_retrying(
+    fake_llm: FakeLLM, status: int, message: str, kind: str
+) -> None:
+    fake_llm.script(Status(status, message), answer(GELU_ANSWER))
+    with pytest.raises(FixerError) as info:
+        fixer_for(fake_llm, num_retries=2).propose(sample_request())
+    assert str(info.value).startswith(f"litellm:openai/fake-model: {kind} after 1 attempt: ")
     assert len(fake_llm.requests) == 1
 
 

@@ -141,15 +141,18 @@ def classify(litellm: ModuleType, exc: BaseException) -> Failure:
     status = getattr(exc, "status_code", None)
     http = f" (HTTP {status})" if isinstance(status, int) else ""
     message = str(exc)
-    if isinstance(exc, errors.Timeout):
+    # Providers differ in which exception class a status becomes: check both.
+    if isinstance(exc, errors.Timeout) or status == 408:
         return Failure("timeout", True, backoff=False)
-    if isinstance(exc, errors.RateLimitError):
+    if isinstance(exc, errors.RateLimitError) or status == 429:
         return Failure(f"rate limited{http}", True)
-    if isinstance(exc, (errors.AuthenticationError, errors.PermissionDeniedError)):
+    if isinstance(exc, (errors.AuthenticationError, errors.PermissionDeniedError)) or (
+        status in (401, 403)
+    ):
         return Failure(f"authentication failed{http}", False)
     if isinstance(exc, errors.ContextWindowExceededError):
         return Failure("prompt too long for the model's context window", False)
-    if isinstance(exc, errors.NotFoundError):
+    if isinstance(exc, errors.NotFoundError) or status == 404:
         return Failure(f"model or endpoint not found{http}", False)
     if isinstance(exc, (errors.BadRequestError, errors.UnprocessableEntityError)):
         return Failure(f"request rejected{http}", False)
