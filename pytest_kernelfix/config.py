@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -87,7 +87,9 @@ def add_options(parser: pytest.Parser) -> None:
     """Register every option in one ``kernelfix`` group, each with its ini twin."""
     group = parser.getgroup("kernelfix", "heal failing Triton kernel tests")
     for option in OPTIONS:
-        ini_type = {"bool": "bool", "lines": "linelist"}.get(option.kind, "string")
+        ini_type: Literal["bool", "linelist", "string"] = (
+            "bool" if option.kind == "bool" else "linelist" if option.kind == "lines" else "string"
+        )
         parser.addini(option.name, option.help, type=ini_type, default=_ini_default(option))
         if option.kind == "lines":
             continue  # lists live in the ini file only

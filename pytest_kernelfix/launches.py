@@ -76,7 +76,7 @@ def python_function(kernel: Any) -> Callable[..., Any] | None:
     seen = 0
     while kernel is not None and seen < 8:
         if inspect.isfunction(kernel):
-            return kernel  # type: ignore[no-any-return]
+            return kernel
         kernel = getattr(kernel, "fn", None)
         seen += 1
     return None
@@ -218,7 +218,7 @@ class LaunchRecorder:
 
     def uninstall(self) -> None:
         for cls, original in reversed(self._originals):
-            cls.run = original  # type: ignore[attr-defined]
+            cls.run = original
         self._originals = []
 
     @contextmanager
