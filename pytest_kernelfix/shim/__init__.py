@@ -1,1 +1,81 @@
-"""CPU shim that lets GPU-minded Triton code run on the interpreter (issue 5)."""
+"""CPU shim that lets GPU-minded Triton code run on the interpreter (issue 5).
+
+``install()`` is called after ``TRITON_INTERPRET=1`` is set and before kernel modules
+are imported, in the pytest session and in every rerun subprocess. It puts in place
+four independent pieces, each undone by ``uninstall()``:
+
+- ``driver``: a CPU Triton driver (``driver.active``, autotune, ``do_bench``).
+- ``cuda``: ``device="cuda"`` tensors live on the CPU, ``torch.cuda`` answers as one
+  GPU of ``target_capability`` (skipped with ``cuda=False`` or when CUDA is real).
+- ``libdevice``: ``tl.extra.libdevice`` functions compute with NumPy.
+- ``scalars``: float kernel arguments arrive as fp32 scalars (``eps.to(...)`` works).
+- ``leaks``: calls to ``@triton.jit`` helpers no longer leave interpreter patches in
+  ``triton.language.core`` (which broke later GPU compiles in the same process).
+
+This module imports nothing heavy; each piece imports torch / triton when installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ShimState", "install", "installed", "state", "uninstall"]
+
+
+@dataclass(frozen=True)
+class ShimState:
+    """The options ``install`` was called with, and whether CUDA is really mapped.
+
+    ``cuda_mapped`` is False with ``cuda=False`` and where torch has a real GPU.
+    """
+
+    cuda: bool
+    target_capability: tuple[int, int]
+    cuda_mapped: bool
+
+
+_state: list[ShimState] = []
+
+
+def install(*, cuda: bool = True, target_capability: tuple[int, int] = (9, 0)) -> None:
+    """Install the shim; a second call with the same options does nothing.
+
+    A call with other options reinstalls with the new ones.
+    """
+    capability = (int(target_capability[0]), int(target_capability[1]))
+    if _state:
+        if (_state[0].cuda, _state[0].target_capability) == (cuda, capability):
+            return
+        uninstall()
+    from pytest_kernelfix.shim import cuda as cuda_piece
+    from pytest_kernelfix.shim import driver, leaks, libdevice, scalars
+
+    mapped = cuda and cuda_piece.install(capability)
+    driver.install(capability if cuda else None)
+    libdevice.install()
+    scalars.install()
+    leaks.install()
+    _state.append(ShimState(cuda, capability, mapped))
+
+
+def uninstall() -> None:
+    """Undo ``install``; safe to call when nothing is installed."""
+    if not _state:
+        return
+    from pytest_kernelfix.shim import cuda, driver, leaks, libdevice, scalars
+
+    leaks.uninstall()
+    scalars.uninstall()
+    libdevice.uninstall()
+    driver.uninstall()
+    cuda.uninstall()
+    _state.clear()
+
+
+def installed() -> bool:
+    return bool(_state)
+
+
+def state() -> ShimState | None:
+    """The options of the installed shim, or None."""
+    return _state[0] if _state else None

@@ -1,0 +1,241 @@
+"""Run code written for ``device="cuda"`` on the CPU.
+
+Two parts. ``torch.cuda``'s query functions answer as one GPU of the chosen compute
+capability (``is_available()`` is True, ``get_device_properties`` comes from
+``devices.py``, ``synchronize`` does nothing). A ``TorchFunctionMode`` rewrites every
+CUDA device argument to the CPU and remembers which tensors were meant for the GPU
+(a ``_kernelfix_cuda`` attribute, passed on to the results of ops that read them), so
+that those tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``,
+and ``.cuda()`` / ``.cpu()`` copy exactly when a real move would.
+
+Limits: the mode is per thread (torch keeps the mode stack thread-local), tensors made
+outside torch functions (``torch.Generator(device="cuda")``, ``torch.cuda.FloatTensor``,
+CUDA graphs) are not covered, and nothing is faster than on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import contextmanager
+from typing import Any
+
+from pytest_kernelfix.shim._patches import Patches
+from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
+from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
+
+MARK = "_kernelfix_cuda"
+
+_state: dict[str, Any] = {}
+
+
+def is_cuda_device(device: object) -> bool:
+    """True for ``"cuda"``, ``"cuda:0"``, ``torch.device("cuda", 0)`` and bare indices."""
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True  # torch reads a bare index as the current accelerator
+    if isinstance(device, str):
+        return device == "cuda" or device.startswith("cuda:")
+    return getattr(device, "type", None) == "cuda"
+
+
+def is_marked(value: object) -> bool:
+    return bool(getattr(value, MARK, False))
+
+
+def _mark(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        with contextlib.suppress(AttributeError, RuntimeError):  # subclasses without __dict__
+            setattr(value, MARK, True)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _mark(item)
+    return value
+
+
+def _any_marked(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    for value in (*args, *kwargs.values()):
+        if is_marked(value):
+            return True
+        if isinstance(value, (tuple, list)) and any(is_marked(v) for v in value):
+            return True
+    return False
+
+
+def _mode_class() -> type:
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    base = torch._C.TensorBase
+    device_get = base.__dict__["device"]
+    is_cuda_get = base.__dict__["is_cuda"]
+    cuda_device = torch.device("cuda", 0)
+    cpu = torch.device("cpu")
+
+    def moved(tensor: torch.Tensor, result: torch.Tensor, to_cuda: bool) -> torch.Tensor:
+        """Copy when a real move would have copied, so aliasing matches a GPU."""
+        if result is tensor and is_marked(tensor) != to_cuda:
+            result = tensor.clone()
+        return _mark(result) if to_cuda else result
+
+    def target_of_to(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
+        """Where ``Tensor.to(...)`` sends the tensor: True for CUDA, None when it stays put."""
+        if "device" in kwargs and kwargs["device"] is not None:
+            return is_cuda_device(kwargs["device"])
+        if len(args) < 2 or isinstance(args[1], torch.dtype):
+            return None
+        if isinstance(args[1], torch.Tensor):
+            return is_marked(args[1])
+        return is_cuda_device(args[1])
+
+    class CudaOnCpu(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            owner = getattr(func, "__self__", None)
+            if owner is device_get:
+                return cuda_device if is_marked(args[0]) else func(*args, **kwargs)
+            if owner is is_cuda_get:
+                return is_marked(args[0]) or func(*args, **kwargs)
+            if func is base.get_device:
+                return 0 if is_marked(args[0]) else func(*args, **kwargs)
+            if func is base.pin_memory:
+                return args[0]
+            if func is base.cuda:
+                return moved(args[0], args[0], to_cuda=True)
+            if func is base.cpu:
+                return moved(args[0], func(*args, **kwargs), to_cuda=False)
+            if kwargs.get("pin_memory"):
+                kwargs["pin_memory"] = False
+            if func is base.to:
+                target = target_of_to(args, kwargs)
+                if target is None:
+                    result = func(*args, **kwargs)
+                    return _mark(result) if is_marked(args[0]) else result
+                if is_cuda_device(kwargs.get("device")):
+                    kwargs["device"] = cpu
+                if len(args) > 1 and not isinstance(args[1], (torch.dtype, torch.Tensor)):
+                    args = (args[0], cpu, *args[2:])
+                return moved(args[0], func(*args, **kwargs), to_cuda=target)
+            explicit = kwargs.get("device")
+            if explicit is not None:
+                to_cuda = is_cuda_device(explicit)
+                if to_cuda:
+                    kwargs["device"] = cpu
+            else:
+                to_cuda = _any_marked(args, kwargs)
+            result = func(*args, **kwargs)
+            return _mark(result) if to_cuda else result
+
+    return CudaOnCpu
+
+
+class _DeviceContext:
+    """``torch.cuda.device(i)``: nothing to switch with one device."""
+
+    def __init__(self, device: object = None) -> None:
+        self.idx = 0
+
+    def __enter__(self) -> _DeviceContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@contextmanager
+def _stream(stream: object = None) -> Any:
+    yield
+
+
+def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
+    import torch
+
+    def manual_seed(seed: int) -> None:
+        torch.default_generator.manual_seed(int(seed))  # "cuda" tensors draw from the CPU
+
+    def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    def zero(*args: object, **kwargs: object) -> int:
+        return 0
+
+    return {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "init": nothing,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": nothing,
+        "synchronize": nothing,
+        "get_device_capability": lambda device=None: props.capability,
+        "get_device_properties": lambda device=None: props,
+        "get_device_name": lambda device=None: props.name,
+        "get_arch_list": lambda: [f"sm_{props.major}{props.minor}"],
+        "is_bf16_supported": lambda including_emulation=True: props.major >= 8,
+        "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
+        "memory_allocated": zero,
+        "max_memory_allocated": zero,
+        "memory_reserved": zero,
+        "max_memory_reserved": zero,
+        "reset_peak_memory_stats": nothing,
+        "reset_max_memory_allocated": nothing,
+        "empty_cache": nothing,
+        "manual_seed": manual_seed,
+        "manual_seed_all": manual_seed,
+        "device": _DeviceContext,
+        "Event": CpuEvent,
+        "Stream": CpuStream,
+        "stream": _stream,
+        "current_stream": CpuDeviceInterface.current_stream,
+        "default_stream": CpuDeviceInterface.default_stream,
+    }
+
+
+def install(capability: tuple[int, int]) -> bool:
+    """Answer ``torch.cuda`` as one GPU and map CUDA tensors to the CPU.
+
+    Returns False, changing nothing, where torch has a real CUDA device.
+    """
+    import torch
+
+    if _state:
+        return True
+    if torch.cuda.is_available():
+        return False
+    patches = Patches()
+    for name, value in _cuda_functions(properties_for(capability)).items():
+        patches.set(torch.cuda, name, value)
+    mode = _mode_class()()
+    mode.__enter__()
+    _state.update(patches=patches, mode=mode)
+    return True
+
+
+def uninstall() -> None:
+    if not _state:
+        return
+    _state["patches"].restore()
+    _remove_mode(_state["mode"])
+    _state.clear()
+
+
+def _remove_mode(mode: Any) -> None:
+    """Pop ``mode`` from torch's function-mode stack even when others were pushed after it."""
+    from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
+
+    above = []
+    for _ in range(len(_get_current_function_mode_stack())):
+        top = _pop_mode()
+        if top is mode:
+            break
+        above.append(top)
+    for other in reversed(above):
+        _push_mode(other)
+
+
+def installed() -> bool:
+    return bool(_state)

@@ -1,0 +1,78 @@
+"""Kernels written for a GPU, used by the shim tests on the interpreter (test data)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_by_eps(x_ptr, out_ptr, n, eps, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = x * eps.to(tl.float32)
+    tl.static_assert(y.dtype == tl.float32)  # an fp32 scalar promotes fp16, as on a GPU
+    tl.store(out_ptr + offs, y, mask=mask)
+
+
+@triton.jit
+def scale_by_constexpr(x_ptr, out_ptr, n, ALPHA: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    if ALPHA > 1.0:  # a constexpr float stays a Python value
+        x = x * ALPHA
+    tl.store(out_ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def unary(x_ptr, out_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, FN(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+@triton.jit
+def binary(x_ptr, y_ptr, out_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, FN(x, y), mask=mask)
+
+
+@triton.jit
+def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def _configs(*blocks: int) -> list[triton.Config]:
+    return [triton.Config({"BLOCK": block}, num_warps=4) for block in blocks]
+
+
+double_small_first = triton.autotune(configs=_configs(32, 64, 128), key=["n"])(double)
+double_large_first = triton.autotune(configs=_configs(128, 64, 32), key=["n"])(double)
+
+
+@triton.jit
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def gpu_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A wrapper written for CUDA, as found in GPU code bases."""
+    assert x.is_cuda and y.is_cuda, "inputs must be on the GPU"
+    assert x.device == triton.runtime.driver.active.get_active_torch_device()
+    out = torch.empty_like(x)
+    n = x.numel()
+    add[(triton.cdiv(n, 128),)](x, y, out, n, BLOCK=128)
+    torch.cuda.synchronize()
+    return out
