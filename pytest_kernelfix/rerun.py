@@ -1,0 +1,561 @@
+"""Rerun a few nodeids in a sandbox, in a subprocess, and read back what happened.
+
+A candidate kernel can hang, abort or segfault the interpreter (an unmasked
+``tl.load`` corrupts the heap), so tests run in a child ``python`` in its own process
+group, under a timeout, and the child's agent (:mod:`pytest_kernelfix.rerun_agent`)
+writes each finished test to a JSON file as it goes: what finished before a crash is
+still known. Everything the suite's configuration would add that breaks a rerun of a
+few nodeids (xdist, ``-x``, coverage, report files, ``-k``/``-m``) is left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_kernelfix.failure import ErrorInfo
+from pytest_kernelfix.launches import KernelLaunch
+
+#: Environment variable naming the JSON plan file that the child's agent reads.
+PLAN_ENV = "KERNELFIX_RERUN_PLAN"
+
+#: How much of the child's merged stdout/stderr a result keeps.
+OUTPUT_TAIL = 8 * 1024
+
+#: Run by ``python -c``: the agent maps imports onto the sandbox, then starts pytest.
+BOOTSTRAP = "from pytest_kernelfix.rerun_agent import main; main()"
+
+Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
+
+
+@dataclass(frozen=True)
+class RerunSpec:
+    """Which tests to rerun where, and how the suite is configured.
+
+    ``addopts`` are the suite's ini ``addopts`` (they replace the ini value in the
+    child, after :func:`filter_addopts`); ``plan`` is handed untouched, as JSON, to the
+    agent in the child.
+    """
+
+    sandbox_root: Path
+    original_root: Path
+    nodeids: tuple[str, ...]
+    timeout: float
+    interpret: bool
+    addopts: tuple[str, ...] = ()
+    inifile: Path | None = None
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    plan: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One test as the rerun saw it; ``error`` describes a failed call (or setup)."""
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    outcome: Outcome
+    phase: str
+    longrepr: str = ""
+    error: ErrorInfo | None = None
+    launch_count: int = 0
+    launches: tuple[KernelLaunch, ...] = ()
+    duration: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodeid": self.nodeid,
+            "outcome": self.outcome,
+            "phase": self.phase,
+            "longrepr": self.longrepr,
+            "error": None if self.error is None else self.error.to_json(),
+            "launch_count": self.launch_count,
+            "launches": [launch.to_json() for launch in self.launches],
+            "duration": self.duration,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TestOutcome:
+        error = data.get("error")
+        return cls(
+            nodeid=str(data["nodeid"]),
+            outcome=data["outcome"],
+            phase=str(data.get("phase", "")),
+            longrepr=str(data.get("longrepr", "")),
+            error=None if error is None else ErrorInfo.from_json(error),
+            launch_count=int(data.get("launch_count", 0)),
+            launches=tuple(KernelLaunch.from_json(item) for item in data.get("launches", ())),
+            duration=float(data.get("duration", 0.0)),
+        )
+
+
+_CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    """Outcomes of one rerun, and how the child process ended.
+
+    Paths under the sandbox are reported as the original paths, so errors, frames and
+    launches compare directly with the failing run's. ``running`` is the test that had
+    started but not finished when the process stopped ("" when none).
+    """
+
+    outcomes: tuple[TestOutcome, ...]
+    returncode: int
+    timed_out: bool = False
+    signal: str = ""
+    output: str = ""
+    seconds: float = 0.0
+    collection_errors: tuple[str, ...] = ()
+    running: str = ""
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def outcome(self, nodeid: str) -> TestOutcome | None:
+        return next((o for o in self.outcomes if o.nodeid == nodeid), None)
+
+    def missing(self, nodeids: Iterable[str]) -> tuple[str, ...]:
+        """The given nodeids with no outcome: never collected, or the process died first."""
+        reported = {o.nodeid for o in self.outcomes}
+        return tuple(nodeid for nodeid in nodeids if nodeid not in reported)
+
+    def passed(self, nodeids: Iterable[str]) -> bool:
+        """All given tests ran and passed (an empty selection is not a pass).
+
+        Per test: a process that crashed after a test passed still reports it as passed,
+        so a verdict must look at ``timed_out`` and ``crash_reason`` too (memory
+        corrupted by an unmasked store often only aborts the interpreter later).
+        """
+        wanted = list(nodeids)
+        return bool(wanted) and all(
+            (o := self.outcome(n)) is not None and o.outcome == "passed" for n in wanted
+        )
+
+    @property
+    def crash_reason(self) -> str:
+        """A sentence for a process killed by a signal (not our timeout), else ""."""
+        if self.timed_out or not self.signal:
+            return ""
+        where = f" while running {self.running}" if self.running else ""
+        if self.signal in ("SIGABRT", "SIGSEGV", "SIGBUS"):
+            hint = (
+                " Under the Triton interpreter this usually means an out-of-bounds memory "
+                "access from an unmasked tl.load/tl.store: mask every load and store "
+                "(mask=offs < n)."
+            )
+        else:
+            hint = " The process was killed from outside or by the system (out of memory?)."
+        return f"The test process died with {self.signal} (exit {self.returncode}){where}.{hint}"
+
+
+# -- addopts --------------------------------------------------------------------------
+
+
+class _Arity(Enum):
+    NONE = "none"  # a flag
+    ONE = "one"  # exactly one value: --opt=V or --opt V
+    OPTIONAL = "optional"  # --opt, --opt=V, or --opt V when V does not look like an option
+    MANY = "many"  # every following token that does not look like an option
+
+
+_N, _1, _OPT, _MANY = _Arity.NONE, _Arity.ONE, _Arity.OPTIONAL, _Arity.MANY
+
+#: Long options a rerun of a few nodeids must not inherit, with how many values they take.
+_DROPPED_LONG: dict[str, _Arity] = {
+    # xdist: the child runs a handful of tests in one process
+    "--numprocesses": _1, "--maxprocesses": _1, "--dist": _1, "--tx": _1, "--px": _1,
+    "--max-worker-restart": _1, "--maxschedchunk": _1, "--rsyncdir": _1,
+    "--rsyncignore": _1, "--looponfail": _N, "--testrunuid": _1,
+    "--loadscope-reorder": _N, "--no-loadscope-reorder": _N,
+    # stopping early would hide the outcome of the other nodeids
+    "--exitfirst": _N, "--maxfail": _1,
+    # coverage and report files would overwrite the real run's artifacts
+    "--cov": _OPT, "--cov-report": _1, "--cov-config": _1, "--cov-fail-under": _1,
+    "--cov-append": _N, "--cov-branch": _N, "--cov-context": _1, "--cov-precision": _1,
+    "--cov-reset": _N, "--no-cov": _N, "--no-cov-on-fail": _N,
+    "--junitxml": _1, "--junit-xml": _1, "--junitprefix": _1, "--junit-prefix": _1,
+    "--html": _1, "--self-contained-html": _N, "--css": _1,
+    "--json-report": _N, "--json-report-file": _1, "--json-report-summary": _N,
+    "--json-report-omit": _MANY, "--json-report-indent": _1, "--json-report-verbosity": _1,
+    "--report-log": _1, "--result-log": _1, "--resultlog": _1, "--alluredir": _1,
+    "--basetemp": _1,
+    # cacheprovider and stepwise are off in the child
+    "--lf": _N, "--last-failed": _N, "--ff": _N, "--failed-first": _N, "--nf": _N,
+    "--new-first": _N, "--lfnf": _1, "--last-failed-no-failures": _1, "--cache-clear": _N,
+    "--cache-show": _OPT, "--sw": _N, "--stepwise": _N, "--sw-skip": _N,
+    "--stepwise-skip": _N, "--sw-reset": _N, "--stepwise-reset": _N,
+    # repeating or re-running multiplies the cost of every candidate
+    "--count": _1, "--repeat-scope": _1, "--reruns": _1, "--reruns-delay": _1,
+    "--only-rerun": _1,
+    # selection and debuggers: the nodeids are the selection; nobody is at the terminal
+    "--deselect": _1, "--pdb": _N, "--pdbcls": _1, "--trace": _N,
+    # set by the rerun itself
+    "--rootdir": _1, "--config-file": _1, "--inifile": _1,
+}
+
+#: Option families dropped whatever follows the prefix.
+_DROPPED_PREFIXES = ("--kernelfix", "--cov-", "--json-report-")
+
+#: Short options that are dropped: flags, and options that take a value.
+_DROPPED_SHORT_FLAGS = frozenset("xfd")
+_DROPPED_SHORT_VALUES = frozenset("nkmc")
+#: Short options (pytest's and xdist's) whose value is the rest of the cluster or the
+#: next token.
+_SHORT_VALUES = frozenset("nkmcpoWr")
+
+
+def _long_arity(name: str) -> _Arity | None:
+    """How many values a dropped long option takes; None when it is kept."""
+    if name in _DROPPED_LONG:
+        return _DROPPED_LONG[name]
+    if name.startswith(_DROPPED_PREFIXES):
+        return _Arity.OPTIONAL  # unknown arity: take a value only if one follows
+    return None
+
+
+def _looks_like_option(token: str) -> bool:
+    return token.startswith("-") and token != "-"
+
+
+def _drop_plugin(value: str) -> bool:
+    """``-p kernelfix`` or ``-p pytest_kernelfix.plugin`` would load the healer in reruns."""
+    return "kernelfix" in value and not value.startswith("no:")
+
+
+def _skip_values(tokens: Sequence[str], i: int, arity: _Arity) -> int:
+    """The index after the separate values of a dropped long option at ``i - 1``."""
+    if arity is _Arity.ONE:
+        return i + 1
+    while arity is not _Arity.NONE and i < len(tokens) and not _looks_like_option(tokens[i]):
+        i += 1
+        if arity is _Arity.OPTIONAL:
+            break
+    return i
+
+
+def filter_addopts(args: Sequence[str]) -> tuple[str, ...]:
+    """Drop the options that would break or leak out of a rerun of a few nodeids.
+
+    Handles ``--opt=value`` and ``--opt value``, short clusters (``-xvs`` keeps
+    ``-vs``; ``-rxX`` is ``-r`` with the value ``xX``) and attached values (``-n2``).
+    """
+    tokens = list(args)
+    kept: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token.startswith("--"):
+            name, has_value, _ = token.partition("=")
+            arity = _long_arity(name)
+            if arity is None:
+                kept.append(token)
+            elif not has_value:
+                i = _skip_values(tokens, i, arity)
+        elif _looks_like_option(token):
+            following = tokens[i] if i < len(tokens) else None
+            short, consumed = _filter_cluster(token, following)
+            kept.extend(short)
+            i += consumed
+        else:
+            kept.append(token)
+    return tuple(kept)
+
+
+def _filter_cluster(token: str, following: str | None) -> tuple[list[str], int]:
+    """Filter one short-option cluster; returns the tokens to keep and how many of the
+    following tokens it consumed (a value given separately)."""
+    letters = token[1:]
+    flags = ""
+    for index, letter in enumerate(letters):
+        if letter not in _SHORT_VALUES:
+            if letter not in _DROPPED_SHORT_FLAGS:
+                flags += letter
+            continue
+        attached = letters[index + 1 :]
+        value, consumed = (attached, 0) if attached or following is None else (following, 1)
+        dropped = letter in _DROPPED_SHORT_VALUES or (
+            letter == "p" and _drop_plugin(value.lstrip("="))
+        )
+        if dropped:
+            return ([f"-{flags}"] if flags else []), consumed
+        if flags == letters[:index]:  # nothing before the value was dropped
+            return [token, *([value] if consumed else [])], consumed
+        return [f"-{flags}{letter}{attached}", *([value] if consumed else [])], consumed
+    if flags == letters:
+        return [token], 0
+    return ([f"-{flags}"] if flags else []), 0
+
+
+def map_root_paths(args: Sequence[str], source: Path, target: Path) -> tuple[str, ...]:
+    """Point absolute paths under ``source`` (alone or after ``--opt=``) at ``target``.
+
+    An ini value such as ``--confcutdir=/project/tests`` would otherwise make the rerun
+    ignore the sandbox's conftest files.
+    """
+    roots = {str(source)}
+    roots.add(os.path.realpath(source))
+
+    def rewrite(text: str) -> str:
+        for root in roots:
+            if text == root or text.startswith(root + os.sep):
+                return str(target) + text[len(root) :]
+        return text
+
+    mapped = []
+    for arg in args:
+        prefix, eq, value = arg.partition("=")
+        if eq and arg.startswith("-"):
+            mapped.append(prefix + eq + rewrite(value))
+        else:
+            mapped.append(rewrite(arg))
+    return tuple(mapped)
+
+
+# -- the child's command line and environment ---------------------------------------------
+
+_DROPPED_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", PLAN_ENV})
+_DROPPED_ENV_PREFIXES = ("PYTEST_XDIST_", "COV_CORE_")
+
+
+def child_env(base: Mapping[str, str], spec: RerunSpec, plan_file: Path) -> dict[str, str]:
+    """The parent's environment without what would reconfigure or leak out of the child."""
+    env = {
+        key: value
+        for key, value in base.items()
+        if key not in _DROPPED_ENV and not key.startswith(_DROPPED_ENV_PREFIXES)
+    }
+    plugins = [name for name in env.get("PYTEST_PLUGINS", "").split(",")
+               if name.strip() and "kernelfix" not in name]
+    if "PYTEST_PLUGINS" in env:  # loading the healer by module name would bypass -p no:
+        env["PYTEST_PLUGINS"] = ",".join(plugins)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if spec.interpret:
+        env["TRITON_INTERPRET"] = "1"
+    env.update(spec.env)
+    env[PLAN_ENV] = str(plan_file)
+    return env
+
+
+def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
+    """``python -c BOOTSTRAP NODEIDS ...``: pytest with the agent, in the sandbox."""
+    sandbox = Path(spec.sandbox_root)
+    original = Path(spec.original_root)
+    addopts = map_root_paths(filter_addopts(spec.addopts), original, sandbox)
+    command = [
+        python, "-c", BOOTSTRAP, *spec.nodeids,
+        "-p", "no:kernelfix",
+        "-p", "pytest_kernelfix.rerun_agent",
+        "-p", "no:cacheprovider",
+        "--rootdir", str(sandbox),
+    ]
+    if spec.inifile is not None:
+        command += ["-c", map_root_paths([str(spec.inifile)], original, sandbox)[0]]
+    command += [
+        "-o", "addopts=" + shlex.join(addopts),
+        "--continue-on-collection-errors",
+        *map_root_paths(spec.extra_args, original, sandbox),
+    ]
+    return command
+
+
+def plan_json(spec: RerunSpec, work: Path) -> dict[str, Any]:
+    """What the agent reads: the roots to map imports between, where to write, options."""
+    return {
+        "original_root": str(spec.original_root),
+        "sandbox_root": str(spec.sandbox_root),
+        "output": str(work / "results.jsonl"),
+        "alias_dir": str(work / "imports"),
+        "nodeids": list(spec.nodeids),
+        "options": dict(spec.plan),
+    }
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def run_tests(spec: RerunSpec, *, python: str = sys.executable) -> RerunResult:
+    """Run ``spec.nodeids`` in the sandbox; never raises for what happens in the child."""
+    work = Path(tempfile.mkdtemp(prefix="kernelfix-rerun-"))
+    try:
+        plan_file = work / "plan.json"
+        log = work / "output.log"
+        plan = plan_json(spec, work)
+        plan_file.write_text(json.dumps(plan, default=str), encoding="utf-8")
+        start = time.monotonic()
+        returncode, timed_out = _run_group(
+            build_command(spec, python),
+            cwd=Path(spec.sandbox_root),
+            env=child_env(os.environ, spec, plan_file),
+            timeout=spec.timeout,
+            log=log,
+        )
+        seconds = time.monotonic() - start
+        data = read_results(Path(plan["output"]))
+        output = _tail(log, OUTPUT_TAIL)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    unsandbox = _path_mapper(Path(spec.sandbox_root), Path(spec.original_root))
+    data = unsandbox(data)
+    return RerunResult(
+        outcomes=tuple(TestOutcome.from_json(item) for item in data.get("tests", ())),
+        returncode=returncode,
+        timed_out=timed_out,
+        signal="" if timed_out else signal_name(returncode),
+        output=unsandbox(output),
+        seconds=seconds,
+        collection_errors=tuple(str(text) for text in data.get("collection_errors", ())),
+        running=str(data.get("running") or ""),
+        extra=dict(data.get("extra", {})),
+    )
+
+
+def signal_name(returncode: int) -> str:
+    """The signal that ended a process: -N from Popen, or 128+N (a crash signal) from a
+    shell in between."""
+    if returncode < 0:
+        return _signal_name(-returncode)
+    if returncode > 128 and _signal_name(returncode - 128) in _CRASH_SIGNALS:
+        return _signal_name(returncode - 128)
+    return ""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _run_group(
+    command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path
+) -> tuple[int, bool]:
+    """Run in a new session; on timeout, and in any case at the end, kill the group.
+
+    The leader is waited for without being reaped (``WNOWAIT``), so its process group
+    id cannot be reused before the group is killed: grandchildren do not outlive us.
+    """
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    timed_out = True
+    try:
+        timed_out = not _wait_exited(process, timeout)
+    finally:
+        _kill_group(process.pid)
+        returncode = process.wait()
+    return returncode, timed_out
+
+
+def _wait_exited(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    if not hasattr(os, "waitid"):  # pragma: no cover - not Linux
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            state = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if state is not None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.05)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """Fold the agent's event lines into tests, collection errors, extra and ``running``.
+
+    A line cut short by a crash is skipped; a test that started and never finished is
+    the one ``running`` names.
+    """
+    tests: dict[str, Any] = {}
+    errors: list[str] = []
+    extra: dict[str, Any] = {}
+    running = ""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        kind = event.pop("event", None) if isinstance(event, dict) else None
+        if kind == "start":
+            running = str(event.get("nodeid", ""))
+        elif kind == "test":
+            tests[str(event.get("nodeid"))] = event
+            running = ""
+        elif kind == "collection_error":
+            errors.append(str(event.get("text", "")))
+        elif kind == "extra":
+            extra[str(event.get("key"))] = event.get("value")
+    return {"tests": list(tests.values()), "collection_errors": errors, "extra": extra,
+            "running": running}
+
+
+def _tail(path: Path, size: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _path_mapper(sandbox: Path, original: Path) -> Callable[[Any], Any]:
+    """A function that rewrites sandbox paths to original ones in text and JSON data."""
+    pairs = [(str(sandbox), str(original))]
+    real = os.path.realpath(sandbox)
+    if real != str(sandbox):
+        pairs.append((real, str(original)))
+
+    def mapped(value: Any) -> Any:
+        if isinstance(value, str):
+            for old, new in pairs:
+                value = value.replace(old, new)
+            return value
+        if isinstance(value, list):
+            return [mapped(item) for item in value]
+        if isinstance(value, dict):
+            return {key: mapped(item) for key, item in value.items()}
+        return value
+
+    return mapped

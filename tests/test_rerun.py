@@ -1,0 +1,594 @@
+"""Reruns in a real child process: outcomes, crashes, timeouts, and sandbox-only imports."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelfix.rerun import (
+    PLAN_ENV,
+    RerunResult,
+    RerunSpec,
+    TestOutcome,
+    build_command,
+    child_env,
+    filter_addopts,
+    map_root_paths,
+    read_results,
+    run_tests,
+    signal_name,
+)
+from pytest_kernelfix.sandbox import Sandbox
+
+
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def spec_for(sandbox: Sandbox, *nodeids: str, **options: object) -> RerunSpec:
+    settings: dict[str, object] = {"timeout": 60.0, "interpret": True, **options}
+    return RerunSpec(sandbox.root, sandbox.source, tuple(nodeids), **settings)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sandboxed(tmp_path: Path) -> Iterator[tuple[Path, list[Sandbox]]]:
+    """A project directory and a list that sandboxes are closed from afterwards."""
+    sandboxes: list[Sandbox] = []
+    yield tmp_path / "proj", sandboxes
+    for sandbox in sandboxes:
+        sandbox.close()
+
+
+def make_sandbox(root: Path, sandboxes: list[Sandbox], files: dict[str, str]) -> Sandbox:
+    write_files(root, files)
+    sandbox = Sandbox.create(root)
+    sandboxes.append(sandbox)
+    return sandbox
+
+
+# -- pure functions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("addopts", "kept"),
+    [
+        ("-n 2 -x --cov", ""),
+        ("-n2 -v --numprocesses=auto --dist loadscope --maxprocesses 4", "-v"),
+        ("-xvs", "-vs"),
+        ("-rxX --tb=short", "-rxX --tb=short"),
+        ("-vn 2 -q", "-v -q"),
+        ("--cov=src --cov-report term-missing --no-cov --strict-markers", "--strict-markers"),
+        ("--cov src --import-mode=importlib", "--import-mode=importlib"),
+        ("-m 'not slow' -k foo -W error -p xdist", "-W error -p xdist"),
+        ("--maxfail=2 --maxfail 3 --exitfirst -ra", "-ra"),
+        ("--junitxml=out.xml --junit-xml out.xml --html=r.html -p no:cov", "-p no:cov"),
+        ("--json-report --json-report-file=r.json --lf --ff --sw --stepwise-skip", ""),
+        ("--count 3 --kernelfix --kernelfix-rounds 3 --kernelfix-apply -l", "-l"),
+        ("-p kernelfix -p pytest_kernelfix.plugin -pno:kernelfix", "-pno:kernelfix"),
+        ("-xp xdist --basetemp=/tmp/b --pdb", "-p xdist"),
+        ("-c other.ini -o console_output_style=classic", "-o console_output_style=classic"),
+    ],
+)
+def test_filter_addopts(addopts: str, kept: str) -> None:
+    assert filter_addopts(shlex.split(addopts)) == tuple(shlex.split(kept))
+
+
+def test_map_root_paths_points_absolute_paths_at_the_sandbox(tmp_path: Path) -> None:
+    original, sandbox = tmp_path / "proj", tmp_path / "box/proj"
+    args = [f"--confcutdir={original}/tests", str(original), f"{original}x", "-v", "rel/p"]
+    assert map_root_paths(args, original, sandbox) == (
+        f"--confcutdir={sandbox}/tests", str(sandbox), f"{original}x", "-v", "rel/p",
+    )
+
+
+def test_child_env_drops_the_parents_pytest_state(tmp_path: Path) -> None:
+    spec = RerunSpec(tmp_path, tmp_path, ("t.py::a",), 10.0, True, env={"EXTRA": "1"})
+    parent = {
+        "PATH": "/bin", "PYTEST_ADDOPTS": "-x", "PYTEST_XDIST_WORKER": "gw1",
+        "PYTEST_XDIST_TESTRUNUID": "u", "PYTEST_XDIST_WORKER_COUNT": "2",
+        "PYTEST_CURRENT_TEST": "t.py::a (call)", "COV_CORE_SOURCE": "src", PLAN_ENV: "old",
+        "PYTEST_PLUGINS": "myplugin,pytest_kernelfix.plugin",
+    }
+    env = child_env(parent, spec, tmp_path / "plan.json")
+    assert env == {
+        "PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1", "TRITON_INTERPRET": "1", "EXTRA": "1",
+        PLAN_ENV: str(tmp_path / "plan.json"), "PYTEST_PLUGINS": "myplugin",
+    }
+    assert "TRITON_INTERPRET" not in child_env({}, RerunSpec(
+        tmp_path, tmp_path, (), 1.0, False), tmp_path / "p")
+
+
+def test_build_command_runs_pytest_with_the_agent_in_the_sandbox(tmp_path: Path) -> None:
+    original, sandbox = tmp_path / "proj", tmp_path / "box/proj"
+    spec = RerunSpec(sandbox, original, ("tests/t.py::a",), 10.0, True,
+                     addopts=("-x", "-p", "xdist", f"--confcutdir={original}"),
+                     inifile=original / "pytest.ini", extra_args=("-q",))
+    command = build_command(spec, python="py")
+    assert command[:2] == ["py", "-c"]
+    assert command[3] == "tests/t.py::a"
+    joined = shlex.join(command)
+    for part in ("-p no:kernelfix", "-p pytest_kernelfix.rerun_agent", "-p no:cacheprovider",
+                 f"--rootdir {sandbox}", f"-c {sandbox}/pytest.ini"):
+        assert part in joined
+    assert f"addopts=-p xdist --confcutdir={sandbox}" in command
+    assert command[-1] == "-q"
+
+
+@pytest.mark.parametrize(
+    ("returncode", "name"),
+    [(-6, "SIGABRT"), (-11, "SIGSEGV"), (134, "SIGABRT"), (139, "SIGSEGV"), (-9, "SIGKILL"),
+     (1, ""), (0, ""), (137, "")],
+)
+def test_signal_name(returncode: int, name: str) -> None:
+    assert signal_name(returncode) == name
+
+
+def test_result_helpers() -> None:
+    ok = TestOutcome("t.py::a", "passed", "call")
+    bad = TestOutcome("t.py::b", "failed", "call")
+    result = RerunResult((ok, bad), returncode=1)
+    assert result.passed(["t.py::a"]) and not result.passed(["t.py::a", "t.py::b"])
+    assert not result.passed([])  # nothing verified is not a pass
+    assert result.outcome("t.py::b") == bad and result.outcome("t.py::zzz") is None
+    assert result.missing(["t.py::a", "t.py::c"]) == ("t.py::c",)
+    assert result.crash_reason == ""
+    crashed = RerunResult((ok,), returncode=-6, signal="SIGABRT", running="t.py::b")
+    assert crashed.passed(["t.py::a"]) and not crashed.passed(["t.py::b"])
+    assert "SIGABRT" in crashed.crash_reason and "t.py::b" in crashed.crash_reason
+    assert "unmasked tl.load/tl.store" in crashed.crash_reason
+    timed_out = RerunResult((), returncode=-9, timed_out=True)
+    assert timed_out.crash_reason == "" and not timed_out.passed(["t.py::a"])
+
+
+def test_read_results_survives_a_line_cut_short_by_a_crash(tmp_path: Path) -> None:
+    lines = [
+        {"event": "extra", "key": "k", "value": 1},
+        {"event": "start", "nodeid": "t.py::a"},
+        {"event": "test", **TestOutcome("t.py::a", "passed", "call").to_json()},
+        {"event": "collection_error", "text": "t2.py: ImportError: x"},
+        {"event": "extra", "key": "k", "value": 2},
+        {"event": "start", "nodeid": "t.py::b"},
+    ]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"event": "te')
+    data = read_results(path)
+    assert [TestOutcome.from_json(t).nodeid for t in data["tests"]] == ["t.py::a"]
+    assert data["running"] == "t.py::b"
+    assert data["extra"] == {"k": 2}
+    assert data["collection_errors"] == ["t2.py: ImportError: x"]
+    assert read_results(tmp_path / "missing.jsonl")["tests"] == []
+
+
+# -- real reruns -------------------------------------------------------------------------
+
+OUTCOMES = """
+    import pytest
+
+    def test_pass():
+        pass
+
+    def test_fail():
+        values = [1, 2]
+        assert values == [1, 3]
+
+    @pytest.fixture
+    def broken():
+        raise RuntimeError("fixture exploded")
+
+    def test_error(broken):
+        pass
+
+    @pytest.fixture
+    def bad_teardown():
+        yield
+        raise ValueError("teardown exploded")
+
+    def test_teardown_error(bad_teardown):
+        pass
+
+    def test_skip():
+        pytest.skip("not today")
+
+    @pytest.mark.xfail(reason="known")
+    def test_xfail():
+        assert 0
+
+    @pytest.mark.xfail(reason="known")
+    def test_xpass():
+        pass
+"""
+
+
+def test_outcomes_of_every_kind_are_read_back(sandboxed: tuple[Path, list[Sandbox]]) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {"tests/test_kinds.py": OUTCOMES})
+    names = ["pass", "fail", "error", "teardown_error", "skip", "xfail", "xpass"]
+    nodeids = [f"tests/test_kinds.py::test_{name}" for name in names]
+    result = run_tests(spec_for(sandbox, *nodeids))
+    got = {o.nodeid.rpartition("::test_")[2]: (o.outcome, o.phase) for o in result.outcomes}
+    assert got == {
+        "pass": ("passed", "call"), "fail": ("failed", "call"), "error": ("error", "setup"),
+        "teardown_error": ("error", "teardown"), "skip": ("skipped", "call"),
+        "xfail": ("xfailed", "call"), "xpass": ("xpassed", "call"),
+    }
+    assert result.returncode == 1 and not result.timed_out and result.signal == ""
+    assert result.passed([nodeids[0]]) and not result.passed(nodeids[:2])
+    failed = result.outcome(nodeids[1])
+    assert failed is not None and failed.error is not None
+    assert failed.error.type == "AssertionError"
+    assert "assert [1, 2] == [1, 3]" in failed.error.message
+    frame = failed.error.frames[-1]
+    assert frame.path == str(root / "tests/test_kinds.py")  # reported as the original path
+    assert frame.line == "assert values == [1, 3]"
+    assert str(sandbox.root) not in failed.longrepr and "values == [1, 3]" in failed.longrepr
+    errored = result.outcome(nodeids[2])
+    assert errored is not None and errored.error is not None
+    assert errored.error.headline == "RuntimeError: fixture exploded"
+    skipped = result.outcome(nodeids[4])
+    assert skipped is not None and "not today" in skipped.longrepr
+    assert result.collection_errors == () and result.running == ""
+    assert result.missing(nodeids) == ()
+
+
+def test_collection_errors_are_reported(sandboxed: tuple[Path, list[Sandbox]]) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {
+        "test_ok.py": "def test_ok():\n    pass\n",
+        "test_broken.py": "import no_such_module_kfx\n\ndef test_a():\n    pass\n",
+    })
+    result = run_tests(spec_for(sandbox, "test_ok.py::test_ok", "test_broken.py::test_a"))
+    assert result.returncode == 4  # pytest gives up on the whole selection
+    imported, gone = result.collection_errors
+    assert imported.startswith(
+        "test_broken.py: ModuleNotFoundError: No module named 'no_such_module_kfx'")
+    assert gone == "found no collectors for test_broken.py::test_a"
+    assert result.missing(["test_ok.py::test_ok"]) == ("test_ok.py::test_ok",)
+
+    missing = run_tests(spec_for(sandbox, "test_ok.py::test_ok", "test_ok.py::test_gone"))
+    assert missing.returncode == 4
+    assert missing.collection_errors[0].startswith("not found: test_ok.py::test_gone")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+SPAWNS = """
+    import os, subprocess, sys, time
+
+    def test_spawns():
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        with open(os.environ["KFX_PIDS"], "w") as handle:
+            handle.write(f"{os.getpid()} {child.pid}")
+        time.sleep(float(os.environ["KFX_HANG"]))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("hang", [300, 0], ids=["timeout", "finished"])
+def test_no_process_of_the_rerun_outlives_it(
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, hang: int
+) -> None:
+    """On timeout the whole group is killed; after a normal exit, what it left behind."""
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {"test_spawn.py": SPAWNS})
+    pids_file = tmp_path / "pids"
+    start = time.monotonic()
+    result = run_tests(spec_for(sandbox, "test_spawn.py::test_spawns",
+                                timeout=8.0 if hang else 60.0,
+                                env={"KFX_PIDS": str(pids_file), "KFX_HANG": str(hang)}))
+    assert time.monotonic() - start < 30
+    if hang:
+        assert result.timed_out and result.crash_reason == "" and result.signal == ""
+        assert result.running == "test_spawn.py::test_spawns"
+        assert not result.passed(["test_spawn.py::test_spawns"])
+    else:
+        assert not result.timed_out and result.passed(["test_spawn.py::test_spawns"])
+    pids = [int(pid) for pid in pids_file.read_text().split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize(
+    ("body", "signame"),
+    [("os.abort()", "SIGABRT"), ("ctypes.string_at(0)", "SIGSEGV")],
+)
+def test_a_crashing_test_gives_a_crash_reason(
+    sandboxed: tuple[Path, list[Sandbox]], body: str, signame: str
+) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {"test_crash.py": f"""
+        import ctypes, os
+
+        def test_before():
+            pass
+
+        def test_crash():
+            {body}
+
+        def test_after():
+            pass
+    """})
+    nodeids = ["test_crash.py::test_before", "test_crash.py::test_crash",
+               "test_crash.py::test_after"]
+    result = run_tests(spec_for(sandbox, *nodeids))
+    assert result.returncode == -getattr(signal, signame)
+    assert result.signal == signame and not result.timed_out
+    assert result.running == "test_crash.py::test_crash"
+    assert "test_crash.py::test_crash" in result.crash_reason
+    assert "unmasked tl.load/tl.store" in result.crash_reason
+    assert [o.nodeid for o in result.outcomes] == ["test_crash.py::test_before"]  # incremental
+    assert result.missing(nodeids) == tuple(nodeids[1:])
+    assert "test_crash" in result.output  # faulthandler's traceback
+    again = run_tests(spec_for(sandbox, "test_crash.py::test_after"))  # the loop goes on
+    assert again.passed(["test_crash.py::test_after"])
+
+
+def test_parent_environment_does_not_configure_the_child(
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {"test_env.py": """
+        import os
+
+        def test_fails_first():
+            assert False
+
+        def test_env_is_clean():
+            for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "COV_CORE_SOURCE"):
+                assert name not in os.environ, name
+            assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
+            assert os.environ["TRITON_INTERPRET"] == "1"
+    """})
+    junit = tmp_path / "junit.xml"
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"-x --junitxml={junit}")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.setenv("COV_CORE_SOURCE", "src")
+    result = run_tests(spec_for(sandbox, "test_env.py::test_fails_first",
+                                "test_env.py::test_env_is_clean"))
+    assert [o.outcome for o in result.outcomes] == ["failed", "passed"]  # no -x
+    assert not junit.exists()
+    assert not list(sandbox.root.rglob("__pycache__"))
+
+
+def test_ini_addopts_that_break_reruns_are_neutralised(
+    sandboxed: tuple[Path, list[Sandbox]],
+) -> None:
+    addopts = "-n 2 -x --cov -m 'not slow' --strict-markers -p no:randomly"
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {
+        "pytest.ini": f"""
+            [pytest]
+            addopts = {addopts}
+            markers = slow: a slow test
+            filterwarnings = error
+        """,
+        "test_ini.py": """
+            import pytest
+
+            def test_fails():
+                assert False
+
+            @pytest.mark.slow
+            def test_slow():
+                pass
+
+            def test_passes():
+                pass
+        """,
+    })
+    nodeids = ["test_ini.py::test_fails", "test_ini.py::test_slow", "test_ini.py::test_passes"]
+    result = run_tests(spec_for(sandbox, *nodeids, addopts=tuple(shlex.split(addopts)),
+                                inifile=root / "pytest.ini"))
+    assert [o.outcome for o in result.outcomes] == ["failed", "passed", "passed"], result.output
+    assert "workers" not in result.output  # xdist did not start
+    assert result.returncode == 1
+
+
+def test_plan_reaches_the_agent_and_extra_comes_back(
+    sandboxed: tuple[Path, list[Sandbox]],
+) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {
+        "conftest.py": """
+            from pytest_kernelfix.rerun_agent import agent_of
+
+            def pytest_sessionstart(session):
+                agent = agent_of(session.config)
+                agent.set_extra("echo", dict(agent.options))
+        """,
+        "test_plan.py": "def test_ok():\n    pass\n",
+    })
+    plan = {"shim": True, "gate_target": ["cuda", 90, 32], "cache_dir": str(root / "cache")}
+    result = run_tests(spec_for(sandbox, "test_plan.py::test_ok", plan=plan))
+    assert result.passed(["test_plan.py::test_ok"])
+    assert result.extra["echo"] == plan
+    assert result.extra["launch_recording"] is True
+
+
+ADD_KERNEL = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.load(y_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+    def add(x, y):
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), 64),)](x, y, out, x.numel(), BLOCK=64)
+        return out
+"""
+
+
+def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbox]]) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {
+        "kernels/__init__.py": "",
+        "kernels/add.py": ADD_KERNEL,
+        "tests/test_add.py": """
+            import torch
+            from kernels.add import add
+
+            def test_add_twice():
+                x, y = torch.arange(100.0), torch.ones(100)
+                assert torch.equal(add(x, y), x + 1)
+                assert torch.equal(add(x, y), x + 1)
+
+            def test_no_kernel():
+                assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
+        """,
+    })
+    result = run_tests(spec_for(sandbox, "tests/test_add.py::test_add_twice",
+                                "tests/test_add.py::test_no_kernel"))
+    twice, none = result.outcomes
+    assert twice.outcome == "passed", twice.longrepr
+    assert twice.launch_count == 2
+    (launch,) = twice.launches
+    assert launch.name == "add_kernel"
+    assert launch.file == str(root / "kernels/add.py")
+    lines = (root / "kernels/add.py").read_text().splitlines()
+    assert launch.line == 1 + next(i for i, t in enumerate(lines) if t.startswith("def add_"))
+    assert dict(launch.constexprs) == {"BLOCK": 64}
+    assert none.outcome == "passed" and none.launch_count == 0 and none.launches == ()
+
+
+# -- imports come from the sandbox -------------------------------------------------------
+
+VALUE_TESTS = """
+    import subprocess, sys
+    import {module}
+
+    def test_child_imports_the_sandbox():
+        assert {module}.VALUE == "sandbox", {module}.__file__
+
+    def test_grandchild_imports_the_sandbox():
+        code = "import {module}; print({module}.VALUE, {module}.__file__)"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd="/")
+        assert done.stdout.split()[:1] == ["sandbox"], done.stdout + done.stderr
+"""
+
+PYPROJECT = """
+    [build-system]
+    requires = ["setuptools"]
+    build-backend = "setuptools.build_meta"
+
+    [project]
+    name = "{name}"
+    version = "0.1"
+"""
+
+
+@pytest.fixture(scope="module")
+def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A throwaway venv that sees our packages, with two projects installed editable.
+
+    ``kfx_src_pkg`` is a plain ``src/`` layout (setuptools writes a ``.pth`` path entry);
+    ``kfx_mapped_pkg`` lives in ``code/`` (setuptools installs a MAPPING finder).
+    """
+    base = tmp_path_factory.mktemp("editable")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]  # pytest, triton, pytest_kernelfix (editable)
+    Path(purelib, "kfx_parent.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    src = write_files(base / "srcproj", {
+        "pyproject.toml": PYPROJECT.format(name="kfx-src-pkg"),
+        "src/kfx_src_pkg/__init__.py": 'VALUE = "original"\n',
+        "tests/test_value.py": VALUE_TESTS.format(module="kfx_src_pkg"),
+    })
+    mapped = write_files(base / "mapproj", {
+        "pyproject.toml": PYPROJECT.format(name="kfx-mapped-pkg") + textwrap.dedent("""
+            [tool.setuptools]
+            packages = ["kfx_mapped_pkg"]
+            package-dir = {"kfx_mapped_pkg" = "code"}
+        """),
+        "code/__init__.py": 'VALUE = "original"\n',
+        "tests/test_value.py": VALUE_TESTS.format(module="kfx_mapped_pkg"),
+    })
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--no-index", "-e", str(src), "-e", str(mapped)],
+        check=True, capture_output=True,
+    )
+    return python, src, mapped
+
+
+@pytest.mark.parametrize(
+    ("project", "module", "relpath"),
+    [("src", "kfx_src_pkg", "src/kfx_src_pkg/__init__.py"),
+     ("mapped", "kfx_mapped_pkg", "code/__init__.py")],
+)
+def test_an_editable_install_imports_the_sandbox_copy(
+    editable_venv: tuple[Path, Path, Path], project: str, module: str, relpath: str
+) -> None:
+    python, src, mapped = editable_venv
+    root = src if project == "src" else mapped
+    with Sandbox.create(root, exclude=["*.egg-info", "build"]) as sandbox:
+        sandbox.write(relpath, 'VALUE = "sandbox"\n')
+        unmapped = subprocess.run(  # the hazard: a plain child imports the original
+            [str(python), "-c", f"import {module}; print({module}.VALUE)"],
+            cwd=sandbox.root, capture_output=True, text=True, check=True,
+        )
+        assert unmapped.stdout.strip() == "original"
+        nodeids = ["tests/test_value.py::test_child_imports_the_sandbox",
+                   "tests/test_value.py::test_grandchild_imports_the_sandbox"]
+        result = run_tests(spec_for(sandbox, *nodeids), python=str(python))
+        assert result.passed(nodeids), result.output
+        mapping = result.extra["import_mapping"]
+        assert isinstance(mapping, dict)
+        if project == "mapped":
+            assert module in mapping["redirected"]
+        else:
+            assert mapping["sys_path"] == [str(root / "src")]  # the .pth entry, mapped
+    assert (root / relpath).read_text() == 'VALUE = "original"\n'
+
+
+def test_an_absolute_pythonpath_entry_is_mapped_to_the_sandbox(
+    sandboxed: tuple[Path, list[Sandbox]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, sandboxes = sandboxed
+    sandbox = make_sandbox(root, sandboxes, {
+        "lib/kfx_helper.py": 'VALUE = "original"\n',
+        "tests/test_value.py": VALUE_TESTS.format(module="kfx_helper"),
+    })
+    sandbox.write("lib/kfx_helper.py", 'VALUE = "sandbox"\n')
+    monkeypatch.setenv("PYTHONPATH", str(root / "lib"))
+    nodeids = ["tests/test_value.py::test_child_imports_the_sandbox",
+               "tests/test_value.py::test_grandchild_imports_the_sandbox"]
+    result = run_tests(spec_for(sandbox, *nodeids))
+    assert result.passed(nodeids), result.output
+    assert (root / "lib/kfx_helper.py").read_text() == 'VALUE = "original"\n'
