@@ -1,0 +1,540 @@
+"""Apply a model's modifications to one file's text and describe the result as a diff.
+
+The matcher says WHERE; this module decides WHAT lands there: the replacement is moved
+to the indentation of the matched lines, written with the file's tabs or spaces and
+newline, checked to still parse (Python), refused when it overlaps an earlier edit, and
+the whole result becomes a unified diff that ``git apply`` accepts. Every failure is one
+self-contained sentence a model can act on in the next round.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from pytest_kernelfix.edits import Modification, ParsedResponse
+from pytest_kernelfix.matcher import (
+    LEVELS,
+    Ambiguous,
+    Match,
+    NoMatch,
+    Query,
+    find_all,
+    find_match,
+    is_elision,
+    line_span,
+    text_view,
+)
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """What applying a list of modifications did.
+
+    ``levels`` has one entry per modification: the match level, ``none`` when it failed
+    or ``skipped`` when it changed nothing. ``code`` holds every modification that
+    applied, even when others failed; ``success`` means all applied and something changed.
+    """
+
+    success: bool
+    code: str
+    original: str
+    diff: str
+    applied: int
+    levels: tuple[str, ...]
+    errors: tuple[str, ...]
+    warnings: tuple[str, ...]
+    raw_llm_output: str = ""
+    path: str = ""
+
+
+def apply_modifications(
+    code: str,
+    modifications: Sequence[Modification] | ParsedResponse,
+    *,
+    path: str = "",
+    raw_llm_output: str = "",
+) -> DiffResult:
+    """Apply ``modifications`` in order, each on the text the previous ones produced."""
+    if isinstance(modifications, ParsedResponse):
+        raw_llm_output = raw_llm_output or modifications.raw
+        modifications = modifications.modifications
+    state = _State(code, Style.of(code), _is_python(path, code))
+    total = len(modifications)
+    for number, modification in enumerate(modifications, 1):
+        state.apply(modification, f"Modification {number} of {total}", number)
+    if state.applied == 0 and not state.errors:
+        state.warnings.append("No modification changed the code.")
+    return DiffResult(
+        success=not state.errors and state.applied > 0,
+        code=state.text,
+        original=code,
+        diff=unified_diff(code, state.text, path or "file"),
+        applied=state.applied,
+        levels=tuple(state.levels),
+        errors=tuple(state.errors),
+        warnings=tuple(state.warnings),
+        raw_llm_output=raw_llm_output,
+        path=path,
+    )
+
+
+# --- the file's conventions --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a file indents and ends its lines; model text is rewritten to match."""
+
+    newline: str = "\n"
+    indent: str = " "
+    unit: int = 4
+
+    @classmethod
+    def of(cls, text: str) -> Style:
+        view = text_view(text)
+        prefixes = [
+            line[: len(line) - len(line.lstrip(" \t"))] for line in view.raw if line.strip()
+        ]
+        tabs = sum(1 for p in prefixes if p.startswith("\t"))
+        spaces = sum(1 for p in prefixes if p.startswith(" "))
+        if tabs > spaces:
+            return cls(view.newline, "\t", 4)
+        widths = [len(p) for p in prefixes]
+        steps = Counter(b - a for a, b in pairwise(widths) if b > a)
+        unit = next((step for step, _ in steps.most_common() if step in (2, 4, 8)), 4)
+        return cls(view.newline, " ", unit)
+
+    def width(self, prefix: str) -> int:
+        """Columns of an indentation; a tab counts as one indentation level."""
+        return prefix.count("\t") * self.unit + prefix.count(" ")
+
+    def render(self, width: int) -> str:
+        if self.indent == "\t":
+            return "\t" * (width // self.unit) + " " * (width % self.unit)
+        return " " * width
+
+    def fits(self, prefix: str) -> bool:
+        """Whether an indentation is already written the way this file writes them."""
+        if self.indent == " ":
+            return "\t" not in prefix
+        spaces = prefix.lstrip("\t")
+        return set(spaces) <= {" "} and len(spaces) < self.unit
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+# --- one modification --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """Replace ``text[start:end]`` with ``replacement``."""
+
+    start: int
+    end: int
+    replacement: str
+
+
+class _Failed(Exception):
+    """A modification could not be applied; the message is the model-facing reason."""
+
+
+class _State:
+    """The text being edited, the spans already changed, and the running report."""
+
+    def __init__(self, text: str, style: Style, python: bool) -> None:
+        self.text = text
+        self.style = style
+        self.python = python
+        self.parses: bool | None = None
+        self.touched: list[tuple[int, int, int]] = []
+        self.applied = 0
+        self.levels: list[str] = []
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def apply(self, modification: Modification, label: str, number: int) -> None:
+        old = modification.old_string.replace("\r\n", "\n")
+        new = modification.new_string.replace("\r\n", "\n")
+        if old == new:
+            self.levels.append("skipped")
+            self.warnings.append(f"{label} was skipped: its new_string equals its old_string.")
+            return
+        try:
+            level, edits = self._plan(modification, old, new, label)
+            self._commit(edits, number, label)
+        except _Failed as exc:
+            self.levels.append("none")
+            self.errors.append(f"{label} (old_string {_preview(old)}) was not applied: {exc}")
+            return
+        self.levels.append(level)
+        self.applied += 1
+
+    def _plan(
+        self, modification: Modification, old: str, new: str, label: str
+    ) -> tuple[str, list[list[_Edit]]]:
+        """The match level and the candidate edit lists, best indentation guess first."""
+        if not old.strip():
+            raise _Failed(
+                "old_string is empty; copy the exact lines to replace from the file "
+                "(to insert code, replace a neighbouring line with itself plus the new code)."
+            )
+        matches = self._locate(modification, old)
+        unescaped = _unescape(old)
+        if unescaped != old and not _confident(matches):
+            # A fuzzy hit on text with literal \n is weaker evidence than any hit on the
+            # text with real newlines that the model almost surely meant.
+            retry = self._locate(modification, unescaped)
+            if isinstance(retry, tuple):
+                self.warnings.append(f"{label}: literal \\n in old_string was read as a newline.")
+                old, new, matches = unescaped, _unescape(new), retry
+        if isinstance(matches, (NoMatch, Ambiguous)):
+            raise _Failed(matches.message)
+        self._check_conflicts(matches)
+        for match in matches:
+            if match.level == "fuzzy":
+                first, last = line_span(self.text, match)
+                self.warnings.append(
+                    f"{label} matched lines {first}-{last} only fuzzily "
+                    f"(similarity {match.score:.2f}); check it changed the intended code."
+                )
+        guesses = [
+            [
+                edit
+                for match in matches
+                for edit in _edits(self.text, match, old, new, self.style, g)
+            ]
+            for g in (False, True)
+        ]
+        level = max((m.level for m in matches), key=LEVELS.index)
+        return level, guesses if guesses[1] != guesses[0] else guesses[:1]
+
+    def _locate(
+        self, modification: Modification, old: str
+    ) -> tuple[Match, ...] | NoMatch | Ambiguous:
+        if modification.replace_all:
+            return find_all(self.text, old, anchor=modification.anchor)
+        found = find_match(self.text, old, anchor=modification.anchor)
+        return (found,) if isinstance(found, Match) else found
+
+    def _check_conflicts(self, matches: tuple[Match, ...]) -> None:
+        for match in matches:
+            for start, end, owner in self.touched:
+                inside = start < match.end and match.start < end
+                if inside or (start == end and match.start < start < match.end):
+                    first, last = line_span(self.text, match)
+                    raise _Failed(
+                        f"it targets lines {first}-{last}, which overlap the text already "
+                        f"changed by modification {owner}; merge the two into one modification."
+                    )
+
+    def _commit(self, guesses: list[list[_Edit]], number: int, label: str) -> None:
+        problem = ""
+        for attempt, edits in enumerate(guesses):
+            text, regions = _splice(self.text, edits)
+            problem = self._syntax_problem(text, edits)
+            if not problem:
+                if attempt:
+                    self.warnings.append(
+                        f"{label}: the re-indented replacement did not parse, so its lines "
+                        "after the first were kept as written."
+                    )
+                self._shift_touched(edits)
+                self.touched += [(start, end, number) for start, end in regions]
+                self.text = text
+                return
+        tried = "re-indented to the matched lines and as written" if len(guesses) > 1 else "as is"
+        raise _Failed(f"the result would not parse as Python ({problem}); tried {tried}.")
+
+    def _syntax_problem(self, text: str, edits: list[_Edit]) -> str:
+        """Why ``text`` no longer parses, or '' (also when the text before did not parse).
+
+        Only the top-level statements around the edit are parsed when they parsed on
+        their own before: a whole 3,000-line file costs ~20 ms, a kernel ~1 ms.
+        """
+        if not self.python or not edits:
+            return ""
+        lo, hi, head = _chunk(self.text, edits[0].start, edits[-1].end)
+        if not _syntax_error(self.text[lo:hi]):
+            local = _syntax_error(text[lo : hi + len(text) - len(self.text)], head + 1)
+            return local and _syntax_error(text)
+        if self.parses is None:
+            self.parses = not _syntax_error(self.text)
+        return _syntax_error(text) if self.parses else ""
+
+    def _shift_touched(self, edits: list[_Edit]) -> None:
+        shifted = []
+        for start, end, owner in self.touched:
+            delta = sum(len(e.replacement) - (e.end - e.start) for e in edits if e.end <= start)
+            shifted.append((start + delta, end + delta, owner))
+        self.touched = shifted
+
+
+def _confident(found: tuple[Match, ...] | NoMatch | Ambiguous) -> bool:
+    return isinstance(found, tuple) and all(match.level != "fuzzy" for match in found)
+
+
+def _preview(old: str) -> str:
+    line = next((line.strip() for line in old.split("\n") if line.strip()), "")
+    return repr(line if len(line) <= 60 else line[:57] + "...")
+
+
+_ESCAPE = re.compile(r"\\([ntr\"'\\])")
+_ESCAPED = {"n": "\n", "t": "\t", "r": "", '"': '"', "'": "'", "\\": "\\"}
+
+
+def _unescape(text: str) -> str:
+    """Read ``\\n`` as a newline where a model escaped its JSON twice.
+
+    Only for strings without a real newline: a string that has both is code that means
+    its backslashes.
+    """
+    if "\\n" not in text or "\n" in text.rstrip("\n"):
+        return text
+    return _ESCAPE.sub(lambda m: _ESCAPED[m.group(1)], text)
+
+
+def _splice(text: str, edits: list[_Edit]) -> tuple[str, list[tuple[int, int]]]:
+    """Apply sorted, disjoint edits; return the text and where each replacement landed."""
+    pieces, regions, position, shift = [], [], 0, 0
+    for edit in edits:
+        pieces += [text[position : edit.start], edit.replacement]
+        start = edit.start + shift
+        regions.append((start, start + len(edit.replacement)))
+        shift += len(edit.replacement) - (edit.end - edit.start)
+        position = edit.end
+    pieces.append(text[position:])
+    return "".join(pieces), regions
+
+
+# --- building replacements ---------------------------------------------------------------
+
+
+def _edits(
+    text: str, match: Match, old: str, new: str, style: Style, as_written: bool
+) -> list[_Edit]:
+    """The edits that replace one match; an elided match keeps what it elided."""
+    if not match.parts:
+        return [_edit(text, match, old, new, style, as_written)]
+    old_parts = Query.of(old).elided
+    new_parts = _elided_pieces(new)
+    if len(new_parts) == len(old_parts):
+        return [
+            _edit(text, part, "\n".join(o), "\n".join(n), style, as_written)
+            for part, o, n in zip(match.parts, old_parts, new_parts, strict=True)
+        ]
+    if len(new_parts) > 1:
+        raise _Failed(
+            f"old_string elides code in {len(old_parts)} pieces but new_string has "
+            f"{len(new_parts)}; keep the same '...' lines in both, or write new_string in full."
+        )
+    head = match.parts[0]
+    reference = (_span_lines(text, head), Query.of("\n".join(old_parts[0])).lines)
+    whole = Match(match.start, match.end, head.level, match.score)
+    return [_edit(text, whole, old, new, style, as_written, reference)]
+
+
+def _elided_pieces(new: str) -> list[list[str]]:
+    pieces: list[list[str]] = [[]]
+    for line in new.split("\n"):
+        if is_elision(line):
+            pieces.append([])
+        else:
+            pieces[-1].append(line)
+    return [piece for piece in pieces if any(line.strip() for line in piece)]
+
+
+def _span_lines(text: str, match: Match) -> tuple[str, ...]:
+    view = text_view(text)
+    first, last = line_span(text, match)
+    return view.raw[first - 1 : last]
+
+
+def _edit(
+    text: str,
+    match: Match,
+    old: str,
+    new: str,
+    style: Style,
+    as_written: bool,
+    reference: tuple[Sequence[str], Sequence[str]] | None = None,
+) -> _Edit:
+    view = text_view(text)
+    end = match.end
+    if text[match.start : end].endswith("\n"):
+        end -= 2 if text[match.start : end].endswith("\r\n") else 1
+    first = view.line_of(match.start)
+    last = view.line_of(max(match.start, end - 1))
+    whole_lines = not text[view.starts[first] : match.start].strip() and end == view.end(last)
+    if not whole_lines:
+        return _Edit(match.start, match.end, _inline(old, new, style))
+    old_lines, new_lines = _aligned_lines(old, new)
+    if not any(line.strip() for line in new_lines):
+        return _deletion(text, first, last)
+    file_lines, ref_old = reference or (view.raw[first : last + 1], old_lines)
+    first_shift, rest_shift = _shifts(file_lines, ref_old, style)
+    body = _reindent(new_lines, first_shift, 0 if as_written else rest_shift, style, as_written)
+    return _Edit(view.starts[first], view.end(last), style.newline.join(body))
+
+
+def _inline(old: str, new: str, style: Style) -> str:
+    """A replacement inside a line: same line ending policy, the file's newline and tabs."""
+    if old.endswith("\n") and new and not new.endswith("\n"):
+        new += "\n"
+    elif new.endswith("\n") and not old.endswith("\n"):
+        new = new[:-1]
+    lines = new.split("\n")
+    rest = [_restyle(line, 0, style) for line in lines[1:]]
+    return style.newline.join([lines[0], *rest])
+
+
+def _aligned_lines(old: str, new: str) -> tuple[list[str], list[str]]:
+    """Old and new as lines, without the edge lines (blank or '...') that old only framed.
+
+    A final newline on either side is dropped first, so an edit that adds or forgets it
+    neither joins nor splits lines.
+    """
+    old_lines = old.removesuffix("\n").split("\n")
+    new_lines = new.removesuffix("\n").split("\n")
+    for edge in (0, -1):
+        while old_lines and new_lines and _frame(old_lines[edge]) and _frame(new_lines[edge]):
+            old_lines.pop(edge)
+            new_lines.pop(edge)
+        while old_lines and _frame(old_lines[edge]):
+            old_lines.pop(edge)
+    return old_lines, new_lines
+
+
+def _frame(line: str) -> bool:
+    return not line.strip() or is_elision(line)
+
+
+def _deletion(text: str, first: int, last: int) -> _Edit:
+    """Remove whole lines together with one line terminator."""
+    view = text_view(text)
+    if last + 1 < len(view.starts):
+        return _Edit(view.starts[first], view.starts[last + 1], "")
+    if first > 0:
+        return _Edit(view.end(first - 1), view.end(last), "")
+    return _Edit(0, len(text), "")
+
+
+def _shifts(file_lines: Sequence[str], old_lines: Sequence[str], style: Style) -> tuple[int, int]:
+    """How far the matched lines sit from old_string: for its first line, and the rest.
+
+    The first line gets its own shift because models often copy it from mid-line
+    (without its indentation) while the other lines keep theirs.
+    """
+    found = [style.width(_indent(line)) for line in file_lines if line.strip()]
+    wrote = [style.width(_indent(line)) for line in old_lines if line.strip()]
+    if not found or not wrote:
+        return 0, 0
+    first = found[0] - wrote[0]
+    if len(found) == len(wrote) and len(wrote) > 1:
+        counts = Counter(a - b for a, b in zip(found[1:], wrote[1:], strict=True))
+        top = max(counts.values())
+        rest = first if counts.get(first) == top else counts.most_common(1)[0][0]
+    elif len(found) > 1 and len(wrote) > 1:
+        rest = min(found[1:]) - min(wrote[1:])
+    else:
+        rest = first
+    return first, rest
+
+
+def _reindent(
+    lines: Sequence[str], first_shift: int, rest_shift: int, style: Style, as_written: bool
+) -> list[str]:
+    out = []
+    lead = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    for index, line in enumerate(lines):
+        if not line.strip():
+            out.append("")
+        elif as_written and index > lead:
+            out.append(line)
+        else:
+            out.append(_restyle(line, first_shift if index == lead else rest_shift, style))
+    return out
+
+
+def _restyle(line: str, shift: int, style: Style) -> str:
+    prefix = _indent(line)
+    if shift == 0 and style.fits(prefix):
+        return line
+    return style.render(max(0, style.width(prefix) + shift)) + line[len(prefix) :]
+
+
+# --- Python syntax -----------------------------------------------------------------------
+
+_CONTINUATION = re.compile(r"(else|elif|except|finally)\b|[)\]}#]")
+
+
+def _is_python(path: str, code: str) -> bool:
+    if path:
+        return path.endswith((".py", ".pyi"))
+    return bool(code.strip()) and not _syntax_error(code)
+
+
+def _syntax_error(text: str, first_line: int = 1) -> str:
+    """'' when the text parses, else the error with its line in the whole file."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return f"{exc.msg} at line {(exc.lineno or 1) + first_line - 1}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return str(exc) or type(exc).__name__
+    return ""
+
+
+def _chunk(before: str, start: int, end: int) -> tuple[int, int, int]:
+    """Offsets of the top-level statements around ``before[start:end]``, and the first line.
+
+    Both borders lie in text an edit of that span leaves alone, so the same offsets (the
+    end shifted by the change in length) frame the chunk after the edit.
+    """
+    view = text_view(before)
+    head = view.line_of(start)
+    while head > 0 and not _top_level(view.raw[head]):
+        head -= 1
+    while head > 0 and view.raw[head - 1].startswith("@"):
+        head -= 1
+    tail = view.line_of(end) + 1
+    while tail < len(view.raw) and not _top_level(view.raw[tail]):
+        tail += 1
+    hi = view.starts[tail] if tail < len(view.raw) else len(before)
+    return view.starts[head], hi, head
+
+
+def _top_level(line: str) -> bool:
+    return bool(line) and not line[0].isspace() and not _CONTINUATION.match(line)
+
+
+# --- diffs -------------------------------------------------------------------------------
+
+
+def unified_diff(before: str, after: str, path: str) -> str:
+    """A git-style diff of one file ('' when equal); several concatenate into one patch.
+
+    Lines keep their own terminators, so CRLF survives, and a last line without one
+    gets git's ``\\ No newline at end of file`` marker.
+    """
+    if before == after:
+        return ""
+    out = [f"diff --git a/{path} b/{path}\n"]
+    hunks = difflib.unified_diff(_diff_lines(before), _diff_lines(after), f"a/{path}", f"b/{path}")
+    for line in hunks:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _diff_lines(text: str) -> list[str]:
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
