@@ -21,6 +21,8 @@ from pathlib import Path, PurePath, PurePosixPath
 from types import TracebackType
 from typing import Any
 
+from pytest_kernelfix.atomic import replace_file
+
 #: Directory and file names never copied: VCS data, virtualenvs, caches, our own reports.
 DEFAULT_EXCLUDES = (
     ".git",
@@ -178,7 +180,7 @@ class Sandbox:
     def write(self, relpath: str | PurePath, text: str) -> None:
         """Replace a file's content with a new inode; a hardlinked original stays intact."""
         target = self.path(relpath)
-        _replace(target, text.encode("utf-8"))
+        replace_file(target, text.encode("utf-8"))
         rel = target.relative_to(self.root).as_posix()
         self._hardlinked.pop(rel, None)
         self._written.add(PurePath(relpath).as_posix())
@@ -188,7 +190,7 @@ class Sandbox:
         target = self.path(relpath)
         source = self.original(target)
         if source.is_file():
-            _replace(target, source.read_bytes(), mode=stat.S_IMODE(source.stat().st_mode))
+            replace_file(target, source.read_bytes(), mode=stat.S_IMODE(source.stat().st_mode))
             self._hardlinked.pop(target.relative_to(self.root).as_posix(), None)
         elif target.is_file():
             target.unlink()
@@ -229,25 +231,6 @@ def _relative(path: Path, root: Path) -> Path:
         except ValueError:
             continue
     raise SandboxError(f"{path} is not under {root}")
-
-
-def _replace(target: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write ``data`` to a temp file beside ``target`` and rename it over ``target``."""
-    if mode is None:
-        try:
-            mode = stat.S_IMODE(target.stat().st_mode)
-        except FileNotFoundError:
-            mode = 0o644
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".kernelfix-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _copy_tree(

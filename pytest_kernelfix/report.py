@@ -1,0 +1,280 @@
+"""Artifacts of a healing session: one patch per healed bug, report.json, report.md.
+
+Patches are written the way Hypothesis writes its patches: a short header git ignores,
+``a/`` ``b/`` paths relative to the rootdir, a stable name derived from the bug, and a
+``git apply`` line in the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelfix import __version__
+from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.fixers.base import Usage
+from pytest_kernelfix.grouping import BugGroup
+from pytest_kernelfix.heal import HEALED, HealResult
+
+SCHEMA_VERSION = 1
+PATCH_MARKER = "Generated-by: pytest-kernelfix"
+
+
+@dataclass(frozen=True)
+class BugReport:
+    """One bug as reported: the group, how the heal ended, and what was done with it."""
+
+    group: BugGroup
+    result: HealResult
+    patch_file: str = ""
+    applied: tuple[str, ...] = ()
+    apply_error: str = ""
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    bugs: tuple[BugReport, ...]
+    rootdir: Path
+    report_dir: Path
+    mode: str
+    device: str
+    model: str
+    seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for bug in self.bugs:
+            total = total + bug.result.usage
+        return total
+
+    def count(self, status: str) -> int:
+        return sum(1 for bug in self.bugs if bug.result.status == status)
+
+
+def patch_name(group: BugGroup) -> str:
+    return f"{group.id}.patch"
+
+
+def patch_text(group: BugGroup, result: HealResult) -> str:
+    """The patch file: a header that ``git apply`` skips, then the diff."""
+    header = [
+        f"{PATCH_MARKER} {__version__}",
+        f"Bug: {group.id}",
+        f"Error: {group.first.error.headline[:300]}",
+        f"Tests: {len(group.nodeids)} ({group.nodeids[0]}"
+        + (", ..." if len(group.nodeids) > 1 else "") + ")",
+        f"Rounds: {len(result.rounds)}",
+        "",
+    ]
+    return "\n".join(header) + "\n" + result.patch
+
+
+def write_atomic(path: Path, text: str) -> None:
+    replace_file(path, text.encode("utf-8"))
+
+
+def _levels(result: HealResult) -> list[list[str]]:
+    return [[edit.level for edit in record.edits] for record in result.rounds]
+
+
+def bug_json(bug: BugReport) -> dict[str, Any]:
+    result, group = bug.result, bug.group
+    return {
+        "id": group.id,
+        "status": result.status,
+        "reason": result.reason,
+        "kernel": group.kernel,
+        "error": group.first.error.headline,
+        "nodeids": list(group.nodeids),
+        "files": list(group.editable),
+        "rounds": len(result.rounds),
+        "levels": _levels(result),
+        "round_details": [
+            {
+                "round": record.round,
+                "source": record.source,
+                "outcome": record.outcome,
+                "edits": [
+                    {"file": e.file, "level": e.level, "error": e.error} for e in record.edits
+                ],
+                "calls": record.usage.calls,
+                "prompt_tokens": record.usage.prompt_tokens,
+                "completion_tokens": record.usage.completion_tokens,
+                "cost": record.usage.cost,
+            }
+            for record in result.rounds
+        ],
+        "calls": result.usage.calls,
+        "prompt_tokens": result.usage.prompt_tokens,
+        "completion_tokens": result.usage.completion_tokens,
+        "cost": result.usage.cost,
+        "seconds": round(result.seconds, 3),
+        "patch": bug.patch_file or None,
+        "changed_files": list(result.changed_files),
+        "applied": list(bug.applied),
+        "apply_error": bug.apply_error or None,
+    }
+
+
+def session_json(report: SessionReport) -> dict[str, Any]:
+    usage = report.usage
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"pytest-kernelfix {__version__}",
+        "rootdir": str(report.rootdir),
+        "mode": report.mode,
+        "device": report.device,
+        "model": report.model,
+        "seconds": round(report.seconds, 3),
+        "totals": {
+            "bugs": len(report.bugs),
+            "healed": report.count("healed"),
+            "unhealed": report.count("unhealed"),
+            "skipped": report.count("skipped"),
+            "calls": usage.calls,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cost": usage.cost,
+        },
+        "notes": list(report.notes),
+        "bugs": [bug_json(bug) for bug in report.bugs],
+    }
+
+
+def _display(path: Path, rootdir: Path) -> str:
+    try:
+        return path.relative_to(rootdir).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def apply_command(patch: Path, rootdir: Path, cwd: Path) -> str:
+    """The ``git apply`` line for a patch whose paths are relative to ``rootdir``."""
+    inside = _display(patch, rootdir)
+    if os.path.abspath(rootdir) == os.path.abspath(cwd):
+        return f"git apply {inside}"
+    return f"git -C {os.path.relpath(rootdir, cwd)} apply {inside}"
+
+
+def session_markdown(report: SessionReport) -> str:
+    usage = report.usage
+    lines = [
+        "# kernelfix report",
+        "",
+        f"{len(report.bugs)} bug(s): {report.count('healed')} healed, "
+        f"{report.count('unhealed')} unhealed, {report.count('skipped')} skipped. "
+        f"{usage.calls} model call(s), {usage.prompt_tokens + usage.completion_tokens} tokens, "
+        f"${usage.cost:.4f}, {report.seconds:.1f} s. Device: {report.device}; "
+        f"fixer: `{report.model}`.",
+        "",
+        "Failing tests stay failed in the test run; healing is reported beside them.",
+        "",
+        "| bug | status | tests | rounds | edits | calls | tokens | cost | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for bug in report.bugs:
+        result = bug.result
+        levels = ", ".join(level for round_levels in _levels(result) for level in round_levels)
+        lines.append(
+            f"| `{bug.group.id}` | {result.status} | {len(bug.group.nodeids)} | "
+            f"{len(result.rounds)} | {levels or '-'} | {result.usage.calls} | "
+            f"{result.usage.prompt_tokens + result.usage.completion_tokens} | "
+            f"${result.usage.cost:.4f} | {result.seconds:.1f} |"
+        )
+    for note in report.notes:
+        lines += ["", f"> {note}"]
+    for bug in report.bugs:
+        result = bug.result
+        lines += ["", f"## `{bug.group.id}`: {result.status}", ""]
+        lines.append(f"- Error: `{bug.group.first.error.headline[:300]}`")
+        lines.append(f"- Tests: {len(bug.group.nodeids)} (first: `{bug.group.nodeids[0]}`)")
+        lines.append(f"- Files: {', '.join(f'`{p}`' for p in bug.group.editable) or 'none'}")
+        lines.append(f"- Outcome: {result.reason}")
+        for record in result.rounds:
+            edits = ", ".join(e.level for e in record.edits) or "no edits"
+            lines.append(f"  - round {record.round} ({record.source or 'fixer'}; {edits}): "
+                         f"{record.outcome}")
+        if bug.patch_file:
+            command = apply_command(report.report_dir / bug.patch_file, report.rootdir,
+                                    report.rootdir)
+            lines += ["", f"Apply from the rootdir with `{command}`", ""]
+            lines += ["```diff", result.patch.rstrip("\n"), "```"]
+        if bug.applied:
+            lines += ["", f"Written to the working tree: {', '.join(bug.applied)}"]
+        if bug.apply_error:
+            lines += ["", f"Not written to the working tree: {bug.apply_error}"]
+    return "\n".join(lines) + "\n"
+
+
+def remove_stale_patches(report_dir: Path, keep: Sequence[str]) -> None:
+    """Delete patches an earlier session wrote that this session did not write again."""
+    if not report_dir.is_dir():
+        return
+    for path in report_dir.glob("*.patch"):
+        if path.name in keep:
+            continue
+        try:
+            head = path.read_text(encoding="utf-8", errors="replace")[:200]
+        except OSError:
+            continue
+        if head.startswith(PATCH_MARKER):
+            path.unlink(missing_ok=True)
+
+
+def write_patches(bugs: Sequence[tuple[BugGroup, HealResult]], report_dir: Path) -> dict[str, str]:
+    """Write a patch for every healed bug; returns group id -> patch file name."""
+    written: dict[str, str] = {}
+    for group, result in bugs:
+        if result.status == HEALED and result.patch:
+            name = patch_name(group)
+            write_atomic(report_dir / name, patch_text(group, result))
+            written[group.id] = name
+    return written
+
+
+def write_reports(report: SessionReport) -> Mapping[str, Path]:
+    """Write report.json and report.md next to the patches; returns their paths."""
+    json_path = report.report_dir / "report.json"
+    md_path = report.report_dir / "report.md"
+    write_atomic(json_path, json.dumps(session_json(report), indent=2) + "\n")
+    write_atomic(md_path, session_markdown(report))
+    remove_stale_patches(report.report_dir, [b.patch_file for b in report.bugs if b.patch_file])
+    return {"json": json_path, "markdown": md_path}
+
+
+def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
+    """The terminal summary: one line per bug, then the patches and the report."""
+    lines = []
+    for bug in report.bugs:
+        result = bug.result
+        detail = result.reason
+        if result.status == HEALED:
+            levels = ", ".join(e.level for e in result.rounds[-1].edits if e.level != "none")
+            detail = (f"{len(result.rounds)} round(s), {len(bug.group.nodeids)} test(s), "
+                      f"{', '.join(result.changed_files)} ({levels})")
+        lines.append(f"{result.status:<9} {bug.group.id}: {detail}")
+    patches = [b for b in report.bugs if b.patch_file]
+    if patches:
+        lines.append("")
+        lines.append("patches (each verified on a sandbox copy):")
+        for bug in patches:
+            patch = report.report_dir / bug.patch_file
+            lines.append(f"  {apply_command(patch, report.rootdir, Path.cwd())}")
+    applied = [path for bug in report.bugs for path in bug.applied]
+    if applied:
+        lines.append("")
+        lines.append(f"written to the working tree: {', '.join(applied)}")
+    for bug in report.bugs:
+        if bug.apply_error:
+            lines.append(f"not written ({bug.group.id}): {bug.apply_error}")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    if json_path is not None:
+        lines.append(f"report: {_display(json_path, Path.cwd())}")
+    return lines
