@@ -1,0 +1,59 @@
+"""Let a conftest or plugin answer first, through ``pytest_kernelfix_propose``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from pytest_kernelfix.edits import Modification, ParsedResponse, ParseError, parse_modifications
+from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest
+
+
+def as_proposal(answer: Any, source: str) -> Proposal:
+    """Accept what a hook may return: a Proposal, edits, a parsed or a raw answer."""
+    if isinstance(answer, Proposal):
+        return answer
+    if isinstance(answer, ParsedResponse):
+        return Proposal(answer.modifications, answer.raw, answer.analysis, source=source)
+    if isinstance(answer, str):
+        try:
+            parsed = parse_modifications(answer)
+        except ParseError as error:
+            return Proposal((), answer, parse_error=str(error), source=source)
+        return Proposal(parsed.modifications, answer, parsed.analysis, source=source)
+    if isinstance(answer, Sequence) and all(isinstance(m, Modification) for m in answer):
+        return Proposal(tuple(answer), source=source)
+    raise FixerError(
+        f"pytest_kernelfix_propose returned {type(answer).__name__}; expected a Proposal, "
+        "a list of Modification, or an answer string"
+    )
+
+
+class HookFixer:
+    """Ask the hook first; when it returns None, ask the configured fixer."""
+
+    name = "hook"
+
+    def __init__(self, ask: Callable[[ProposalRequest], Any], fallback: Fixer) -> None:
+        self.ask = ask
+        self.fallback = fallback
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        answer = self.ask(request)
+        if answer is None:
+            return self.fallback.propose(request)
+        proposal = as_proposal(answer, "hook")
+        return proposal if proposal.source else replace(proposal, source="hook")
+
+
+class UnavailableFixer:
+    """Stands in when the configured fixer could not be built; says why, every time."""
+
+    name = "unavailable"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        raise FixerError(self.reason)

@@ -1,0 +1,167 @@
+"""Judge a candidate: write it into the sandbox, rerun the tests, read the verdict.
+
+A candidate passes only when every failing test of the bug passes, no test that passed
+before breaks, the tests still launch a Triton kernel, and the rerun neither crashed nor
+hung. Every rejection carries the detail the model needs next round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from pytest_kernelfix.context import truncate_log
+from pytest_kernelfix.heal import Verdict
+from pytest_kernelfix.redact import redact
+from pytest_kernelfix.rerun import RerunResult, RerunSpec, TestOutcome, run_tests
+from pytest_kernelfix.sandbox import Sandbox
+
+_FEEDBACK_TESTS = 3
+
+
+Runner = Callable[[RerunSpec], RerunResult]
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def describe_outcome(outcome: TestOutcome) -> str:
+    """A still-failing test as the model should see it: error, kernel line, log."""
+    lines = [f"{outcome.nodeid}: {outcome.outcome}"]
+    if outcome.error is not None:
+        lines.append(f"Error: {outcome.error.headline}")
+        located = [f for f in outcome.error.frames if f.line]
+        if located:
+            frame = located[-1]
+            lines.append(f"Raised at: {Path(frame.path).name}:{frame.lineno} in {frame.name}: "
+                         f"{frame.line}")
+    if outcome.longrepr:
+        lines.append(truncate_log(outcome.longrepr, head=20, tail=60, max_chars=6000))
+    return redact("\n".join(lines))
+
+
+class Verifier:
+    """Reruns one bug's tests (and its regression set) on candidates, in one sandbox."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        template: RerunSpec,
+        nodeids: Sequence[str],
+        regression: Sequence[str] = (),
+        *,
+        launched: Sequence[str] = (),
+        protected: Sequence[str] = (),
+        runner: Runner = run_tests,
+    ) -> None:
+        self.sandbox = sandbox
+        self.template = template
+        self.nodeids = tuple(nodeids)
+        self.regression = tuple(n for n in regression if n not in self.nodeids)
+        self.launched = frozenset(launched)
+        self.protected = {path: sandbox.read(path) for path in protected}
+        self.runner = runner
+        self.regression_baseline: frozenset[str] = frozenset(self.regression)
+        self.written: dict[str, str] = {}
+
+    def _spec(self, nodeids: tuple[str, ...]) -> RerunSpec:
+        return replace(self.template, sandbox_root=self.sandbox.root,
+                       original_root=self.sandbox.source, nodeids=nodeids)
+
+    def _write(self, files: Mapping[str, str]) -> None:
+        for path, text in files.items():
+            if self.written.get(path) != text:
+                self.sandbox.write(path, text)
+                self.written[path] = text
+
+    def restore(self) -> None:
+        """Put the original bytes back for every file this verifier wrote."""
+        for path in self.written:
+            self.sandbox.reset(path)
+        self.written = {}
+
+    def baseline(self, originals: Mapping[str, str]) -> RerunResult:
+        """Rerun the unpatched code: does the failure reproduce, which tests pass?"""
+        self._write(originals)
+        result = self.runner(self._spec(self.nodeids + self.regression))
+        self.regression_baseline = frozenset(
+            nodeid for nodeid in self.regression if result.passed([nodeid])
+        )
+        return result
+
+    def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+        self._write(candidate)
+        tampered = [path for path, text in self.protected.items()
+                    if self.sandbox.read(path) != text]
+        if tampered:
+            return Verdict(False, f"test files changed: {', '.join(tampered)}",
+                           kind="tampered")
+        result = self.runner(self._spec(self.nodeids + tuple(sorted(self.regression_baseline))))
+        return self.judge(result)
+
+    def judge(self, result: RerunResult) -> Verdict:
+        """Turn a rerun into a verdict, most fundamental problem first."""
+        if result.timed_out:
+            return Verdict(
+                False,
+                f"rerun timed out after {self.template.timeout:g} s (a hung kernel or an endless "
+                "loop?)",
+                "The tests did not finish: the patched kernel probably never terminates "
+                "(check loop bounds and loop variables).\n" + truncate_log(result.output),
+                kind="timeout",
+            )
+        if result.crash_reason:
+            unfinished = result.missing(self.nodeids)
+            return Verdict(
+                False,
+                _first_line(result.crash_reason),
+                result.crash_reason
+                + (f"\nTests that never finished: {', '.join(unfinished[:5])}" if unfinished
+                   else "")
+                + "\n" + truncate_log(result.output, head=10, tail=40),
+                kind="crash",
+            )
+        if result.collection_errors:
+            errors = "\n".join(result.collection_errors)
+            return Verdict(False, f"tests could not be collected: {_first_line(errors)}",
+                           redact(truncate_log(errors)), kind="collection")
+        failing = [n for n in self.nodeids if not result.passed([n])]
+        if failing:
+            outcomes = [result.outcome(n) for n in failing]
+            shown = [describe_outcome(o) for o in outcomes if o is not None][:_FEEDBACK_TESTS]
+            headline = next((o.error.headline for o in outcomes if o and o.error), "")
+            summary = f"{len(failing)} of {len(self.nodeids)} failing tests still fail"
+            if headline:
+                summary += f": {headline}"
+            return Verdict(False, _first_line(summary), "\n\n".join(shown) or summary,
+                           kind="failing")
+        broken = [n for n in sorted(self.regression_baseline) if not result.passed([n])]
+        if broken:
+            outcomes = [result.outcome(n) for n in broken]
+            shown = [describe_outcome(o) for o in outcomes if o is not None][:_FEEDBACK_TESTS]
+            return Verdict(
+                False,
+                f"breaks {len(broken)} test(s) that passed before: {', '.join(broken[:3])}",
+                "The change fixed the failing tests but broke tests that passed before:\n\n"
+                + "\n\n".join(shown),
+                kind="regression",
+            )
+        bypassed = [
+            n for n in self.nodeids
+            if n in self.launched and (o := result.outcome(n)) is not None and
+            o.launch_count == 0
+        ]
+        if bypassed:
+            return Verdict(
+                False,
+                f"kernel bypass: {len(bypassed)} test(s) pass without launching a Triton kernel",
+                "The tests passed without launching any Triton kernel: replacing the kernel "
+                "with a torch or Python fallback, or returning early, is not a fix. Fix the "
+                "kernel itself.",
+                kind="bypass",
+            )
+        return Verdict(True, f"{len(self.nodeids)} failing test(s) pass"
+                       + (f", {len(self.regression_baseline)} regression test(s) still pass"
+                          if self.regression_baseline else ""))

@@ -1,0 +1,239 @@
+"""The round loop: proposals, feedback, guards, stopping rules.
+
+The verify function here really executes the candidate's code, so a round is judged
+by behaviour, exactly as the sandbox rerun judges it in the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import pytest
+
+from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.failure import ErrorInfo
+from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.heal import (
+    HEALED,
+    UNHEALED,
+    Verdict,
+    apply_proposal,
+    heal,
+    resolve_file,
+)
+
+BUGGY = '''def scale(values, factor):
+    out = []
+    for v in values:
+        out.append(v + factor)
+    return out
+'''
+
+HELPER = '''def offset(values):
+    return [v - 1 for v in values]
+'''
+
+
+def context(*files: str) -> BugContext:
+    return BugContext(
+        group_id="scale-assertionerror-abc123",
+        nodeids=("tests/test_scale.py::test_scale",),
+        error=ErrorInfo("AssertionError", "assert [3, 4] == [2, 4]"),
+        error_log="assert [3, 4] == [2, 4]",
+        editable=tuple(SourceFile(f, "") for f in files),
+    )
+
+
+class Scripted:
+    """A fixer that answers from a list and remembers every request."""
+
+    name = "scripted"
+
+    def __init__(self, *answers: Proposal | Exception) -> None:
+        self.answers = list(answers)
+        self.requests: list[ProposalRequest] = []
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def edits(*pairs: tuple[str, str], file: str = "") -> Proposal:
+    mods = tuple(Modification(old, new, file=file) for old, new in pairs)
+    return Proposal(mods, raw="{}", usage=Usage(calls=1, prompt_tokens=10, completion_tokens=5,
+                                                 cost=0.001), source="scripted")
+
+
+def running(check: Callable[[Callable[..., list[int]]], bool]) -> tuple[
+        Callable[[Mapping[str, str]], Verdict], list[Mapping[str, str]]]:
+    """A verify function that executes the candidate and applies ``check``."""
+    seen: list[Mapping[str, str]] = []
+
+    def verify(files: Mapping[str, str]) -> Verdict:
+        seen.append(dict(files))
+        namespace: dict[str, object] = {}
+        try:
+            exec(files["ops/scale.py"], namespace)
+            ok = check(namespace["scale"])  # type: ignore[arg-type]
+        except Exception as error:
+            return Verdict(False, f"raised {type(error).__name__}", f"{error!r}")
+        if ok:
+            return Verdict(True, "1 failing test(s) pass")
+        got = namespace["scale"]([1, 2], 2)  # type: ignore[operator]
+        return Verdict(False, "1 of 1 failing tests still fail",
+                       f"assert {got} == [2, 4]", kind="failing")
+
+    return verify, seen
+
+
+def multiplies(fn: Callable[..., list[int]]) -> bool:
+    return fn([1, 2], 2) == [2, 4] and fn([3], 3) == [9]
+
+
+ORIGINALS = {"ops/scale.py": BUGGY}
+
+
+def test_healed_in_one_round() -> None:
+    fixer = Scripted(edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == HEALED
+    assert len(result.rounds) == 1 and len(seen) == 1
+    assert result.rounds[0].edits[0].level == "exact"
+    assert result.changed_files == ("ops/scale.py",)
+    assert "-        out.append(v + factor)" in result.patch
+    assert "+        out.append(v * factor)" in result.patch
+    assert result.patch.startswith("diff --git a/ops/scale.py b/ops/scale.py")
+    assert result.usage.calls == 1 and result.usage.cost == pytest.approx(0.001)
+
+
+def test_healed_in_two_rounds_through_feedback() -> None:
+    fixer = Scripted(
+        edits(("out.append(v + factor)", "out.append(v + factor + 0)")),
+        edits(("out.append(v + factor + 0)", "out.append(v * factor)")),
+    )
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == HEALED and len(result.rounds) == 2
+    second = fixer.requests[1]
+    assert second.round == 2
+    assert "assert [3, 4] == [2, 4]" in second.feedback  # the new failure
+    assert "+        out.append(v + factor + 0)" in second.cumulative_diff  # builds on round 1
+    assert second.files[0].text.count("v + factor + 0") == 1
+    assert second.history[0].outcome == "1 of 1 failing tests still fail"
+    # the final patch goes from the original to the winner, not from round 1
+    assert "-        out.append(v + factor)\n+        out.append(v * factor)" in result.patch
+
+
+def test_unhealed_after_n_rounds_with_the_reason() -> None:
+    wrong = edits(("out.append(v + factor)", "out.append(v - factor)"))
+    fixer = Scripted(wrong, edits(("out.append(v - factor)", "out.append(factor)")))
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == UNHEALED
+    assert result.reason.startswith("not healed after 2 round(s)")
+    assert "still fail" in result.reason
+    assert result.final == {}
+
+
+def test_edit_that_does_not_match_is_fed_back_without_a_rerun() -> None:
+    fixer = Scripted(
+        edits(("results = sorted(results, key=len)", "results = sorted(results)"),
+              ("while pending:", "while not pending:")),
+        edits(("out.append(v + factor)", "out.append(v * factor)")),
+    )
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == HEALED
+    assert len(seen) == 1  # round 1 changed nothing, so nothing was rerun
+    first = result.rounds[0]
+    assert [e.level for e in first.edits] == ["none", "none"]
+    feedback = fixer.requests[1].feedback
+    assert "These edits did not apply" in feedback
+    assert "levels tried: exact, trimmed, whitespace, fuzzy" in feedback
+    assert "for v in values:" in feedback  # the nearest real fragment is shown
+
+
+def test_fixer_error_stops_with_its_reason() -> None:
+    fixer = Scripted(FixerError("replay cassette tape.jsonl has no answer left"))
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == UNHEALED
+    assert "no answer left" in result.reason
+    assert seen == [] and len(result.rounds) == 1
+
+
+def test_unreadable_answer_is_fed_back() -> None:
+    fixer = Scripted(Proposal((), raw="I think it is fine", parse_error="no edits found: ..."),
+                     edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == HEALED
+    assert "could not be read: no edits found" in fixer.requests[1].feedback
+
+
+def test_edits_to_files_outside_the_editable_set_are_refused() -> None:
+    fixer = Scripted(
+        edits(("assert", "pass"), file="tests/test_scale.py"),
+        edits(("x", "y"), file="/etc/passwd"),
+        edits(("x", "y"), file="../outside.py"),
+    )
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == UNHEALED and seen == []
+    reasons = [record.edits[0].error for record in result.rounds]
+    assert "not editable" in reasons[0]
+    assert "outside the editable set" in reasons[1]
+    assert "outside the editable set" in reasons[2]
+
+
+def test_guard_rejection_is_not_kept_for_the_next_round() -> None:
+    def no_plus_zero(before: Mapping[str, str], after: Mapping[str, str],
+                     mods: Sequence[Modification]) -> str:
+        return "adds a no-op" if "+ 0" in after["ops/scale.py"] else ""
+
+    fixer = Scripted(
+        edits(("out.append(v + factor)", "out.append(v * factor + 0)")),
+        edits(("out.append(v + factor)", "out.append(v * factor)")),
+    )
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3,
+                  guard=no_plus_zero)
+    assert result.status == HEALED and len(seen) == 1
+    assert result.rounds[0].outcome == "rejected: adds a no-op"
+    assert fixer.requests[1].cumulative_diff == ""  # the rejected change was dropped
+    assert "rejected: adds a no-op" in fixer.requests[1].feedback
+
+
+def test_a_repeated_candidate_is_not_rerun() -> None:
+    wrong = edits(("out.append(v + factor)", "out.append(v - factor)"))
+    back = edits(("out.append(v - factor)", "out.append(v + factor)"))
+    fixer = Scripted(wrong, back, edits(("out.append(v + factor)", "out.append(v - factor)")))
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == UNHEALED
+    assert len(seen) == 2
+    assert result.rounds[2].outcome.startswith("repeats an earlier candidate")
+
+
+def test_edit_without_file_goes_to_the_file_it_matches() -> None:
+    files = {"ops/scale.py": BUGGY, "ops/offset.py": HELPER}
+    applied = apply_proposal([Modification("return [v - 1 for v in values]",
+                                           "return [v - 2 for v in values]")], files)
+    assert applied.edits[0].file == "ops/offset.py" and applied.errors == ()
+    assert "v - 2" in applied.files["ops/offset.py"]
+    assert applied.files["ops/scale.py"] == BUGGY
+
+
+def test_resolve_file_accepts_prefixed_and_bare_names() -> None:
+    editable = ("kernels/gelu.py", "kernels/softmax.py")
+    assert resolve_file("kernels/gelu.py", editable) == ("kernels/gelu.py", "")
+    assert resolve_file("./kernels/gelu.py", editable) == ("kernels/gelu.py", "")
+    assert resolve_file("project/kernels/gelu.py", editable) == ("kernels/gelu.py", "")
+    assert resolve_file("gelu.py", editable) == ("kernels/gelu.py", "")
+    assert resolve_file("b/kernels/softmax.py", editable) == ("kernels/softmax.py", "")
+    assert resolve_file("tests/test_gelu.py", editable)[0] == ""
