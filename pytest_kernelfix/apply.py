@@ -15,7 +15,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
 from pytest_kernelfix.edits import Modification, ParsedResponse
 from pytest_kernelfix.matcher import (
@@ -105,9 +104,12 @@ class Style:
         spaces = sum(1 for p in prefixes if p.startswith(" "))
         if tabs > spaces:
             return cls(view.newline, "\t", 4)
-        widths = [len(p) for p in prefixes]
-        steps = Counter(b - a for a, b in pairwise(widths) if b > a)
-        unit = next((step for step, _ in steps.most_common() if step in (2, 4, 8)), 4)
+        widths = [len(p) for p in prefixes if p]
+        # Two-space files have many widths that are not a multiple of four; aligned
+        # continuation lines are the odd ones out, hence a share rather than all.
+        fours = sum(1 for w in widths if w % 4 == 0)
+        twos = sum(1 for w in widths if w % 2 == 0)
+        unit = 2 if twos - fours > len(widths) // 5 else 4
         return cls(view.newline, " ", unit)
 
     def width(self, prefix: str) -> int:

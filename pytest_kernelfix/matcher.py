@@ -168,9 +168,10 @@ def find_all(content: str, search: str, *, anchor: str = "") -> tuple[Match, ...
         found = find_match(content, search, anchor=anchor)
         return (found,) if isinstance(found, Match) else found
     view = text_view(content)
-    for level in LEVELS[:3]:
-        spans = _spans(view, query, level, view.starts[first_line])
+    for phase in _PHASES:
+        spans = _spans(view, query, phase, view.starts[first_line])
         if spans:
+            level = _LEVEL_OF[phase]
             return tuple(Match(start, end, level) for start, end in _non_overlapping(spans))
     found = _locate(view, query, first_line, pick_first=False)
     return (found,) if isinstance(found, Match) else found
@@ -341,8 +342,9 @@ def _locate(
 ) -> Match | Failure:
     """Levels in order; the first level with candidates decides."""
     floor = view.starts[min(first_line, len(view.starts) - 1)]
-    for level in LEVELS[:3]:
-        spans = _spans(view, query, level, floor)
+    for phase in _PHASES:
+        spans = _spans(view, query, phase, floor)
+        level = _LEVEL_OF[phase]
         if len(spans) == 1 or (spans and pick_first):
             return Match(spans[0][0], spans[0][1], level)
         if spans:
@@ -352,21 +354,38 @@ def _locate(
     return _decide_fuzzy(view, query, first_line)
 
 
-def _spans(view: TextView, query: Query, level: Level, floor: int) -> list[Span]:
-    """All placements of the query at one level that start at or after ``floor``."""
-    if level == "exact":
-        return _exact_spans(view, query.text, floor)
+# The exact level runs in two phases. A placement whose edges sit on line boundaries
+# (only whitespace beside it on its first and last line) comes first; one that starts or
+# ends inside a line of code ("inline") is tried only after the line-based levels failed,
+# so a re-indented search is not captured by an unrelated line it happens to be a piece of.
+_PHASES = ("exact", "trimmed", "whitespace", "inline")
+_LEVEL_OF: dict[str, Level] = {
+    "exact": "exact",
+    "trimmed": "trimmed",
+    "whitespace": "whitespace",
+    "inline": "exact",
+}
+
+
+def _spans(view: TextView, query: Query, phase: str, floor: int) -> list[Span]:
+    """All placements of the query in one phase that start at or after ``floor``."""
+    if phase in ("exact", "inline"):
+        aligned, inline = _exact_spans(view, query.text, floor)
+        return aligned if phase == "exact" else inline
     if not query.nonblank:
         return []
-    if level == "trimmed":
+    if phase == "trimmed":
         return _line_spans(view, view.trimmed, range(len(view.raw)), query.trimmed, floor)
     return _line_spans(view, view.nonblank_text, view.nonblank, query.nonblank, floor)
 
 
-def _exact_spans(view: TextView, search: str, floor: int) -> list[Span]:
-    """Substring placements; ones that cut an identifier in two lose to ones that do not."""
+def _exact_spans(view: TextView, search: str, floor: int) -> tuple[list[Span], list[Span]]:
+    """Substring placements: those aligned on line boundaries, and the others.
+
+    Among the others, ones that cut an identifier in two lose to ones that do not.
+    """
     if not search:
-        return []
+        return [], []
     if view.newline == "\r\n" and "\r" not in search:
         search = search.replace("\n", "\r\n")
     text = view.text
@@ -375,8 +394,23 @@ def _exact_spans(view: TextView, search: str, floor: int) -> list[Span]:
     while position >= 0:
         spans.append((position, position + len(search)))
         position = text.find(search, position + 1)
-    whole = [span for span in spans if not _cuts_token(text, span)]
-    return whole or spans
+    aligned = [span for span in spans if _aligned(text, span)]
+    inline = [span for span in spans if not _aligned(text, span)]
+    whole = [span for span in inline if not _cuts_token(text, span)]
+    return aligned, whole or inline
+
+
+def _aligned(text: str, span: Span) -> bool:
+    """Only whitespace beside the placement on its lines, and no indentation cut in two."""
+    start, end = span
+    line_start = text.rfind("\n", 0, start) + 1
+    before = text[line_start:start]
+    if before and (before.strip() or text[start] in " \t"):
+        return False
+    if text[end - 1] == "\n":
+        return True
+    line_end = text.find("\n", end)
+    return not text[end : len(text) if line_end < 0 else line_end].strip()
 
 
 def _cuts_token(text: str, span: Span) -> bool:

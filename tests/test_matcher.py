@@ -84,6 +84,27 @@ def test_exact_keeps_a_cut_placement_when_it_is_the_only_one() -> None:
     assert content[found.start : found.end] == "x = 1"
 
 
+def test_a_placement_cutting_a_line_of_code_loses_to_a_line_based_match() -> None:
+    content = "    x = 1\n    y\n        x = 1\n        y = 2\n"
+    # Re-indented, the search is literally inside lines 3-4 ("y" is a piece of "y = 2"),
+    # but as whole lines it only fits lines 1-2.
+    found = matched(content, "        x = 1\n        y")
+    assert found.level == "trimmed" and lines_of(content, found) == (1, 2)
+
+
+def test_a_search_starting_inside_deeper_indentation_is_not_aligned() -> None:
+    content = "    x = 1\n        x = 1\n"
+    found = matched(content, "    x = 1\n")
+    assert (found.start, found.end) == (0, 10)
+
+
+def test_inline_multi_line_placement_is_used_when_nothing_else_fits() -> None:
+    content = "y = 0\nx = foo(a,\n    b)  # keep\n"
+    found = matched(content, "foo(a,\n    b)")
+    assert found.level == "exact"
+    assert content[found.start : found.end] == "foo(a,\n    b)"
+
+
 def test_overlapping_exact_placements_are_still_ambiguous() -> None:
     found = find_match("a\na\na\n", "a\na")
     assert isinstance(found, Ambiguous)
