@@ -16,6 +16,8 @@ from typing import Any, Literal
 import pytest
 
 DEVICES = ("auto", "cuda", "interpret")
+#: Set in a rerun child: the plugin stays out of reruns (their agent runs instead).
+RERUN_PLAN_ENV = "KERNELFIX_RERUN_PLAN"
 DEFAULT_TARGET = "cuda:90"
 
 
@@ -83,14 +85,20 @@ OPTIONS: tuple[Option, ...] = (
 _BY_NAME = {option.name: option for option in OPTIONS}
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """Register every option in one ``kernelfix`` group, each with its ini twin."""
-    group = parser.getgroup("kernelfix", "heal failing Triton kernel tests")
+def add_ini_keys(parser: pytest.Parser) -> None:
+    """Register the ini twins (also in reruns, so ``--strict-config`` suites accept them)."""
     for option in OPTIONS:
         ini_type: Literal["bool", "linelist", "string"] = (
             "bool" if option.kind == "bool" else "linelist" if option.kind == "lines" else "string"
         )
         parser.addini(option.name, option.help, type=ini_type, default=_ini_default(option))
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option in one ``kernelfix`` group, each with its ini twin."""
+    add_ini_keys(parser)
+    group = parser.getgroup("kernelfix", "heal failing Triton kernel tests")
+    for option in OPTIONS:
         if option.kind == "lines":
             continue  # lists live in the ini file only
         if option.kind == "bool" and option.name in ("kernelfix", "kernelfix_apply"):
@@ -254,6 +262,14 @@ def device_requested(config: pytest.Config, namespace: Any = None) -> bool:
     if cli_given(config, "kernelfix_device", namespace):
         return True
     return bool(str(config.getini("kernelfix_device")).strip())
+
+
+def target_capability(target: str) -> tuple[int, int]:
+    """The CUDA compute capability a ``cuda:NN`` target names; sm_90 otherwise."""
+    backend, _, arch = target.partition(":")
+    if backend == "cuda" and arch.isdigit() and len(arch) >= 2:
+        return int(arch[:-1]), int(arch[-1])
+    return (9, 0)
 
 
 def resolve_device(requested: str, detect_cuda: Callable[[], bool] | None = None) -> str:

@@ -10,12 +10,17 @@ from __future__ import annotations
 import os
 
 
-def prepare(device: str, *, cuda_shim: bool = True) -> None:
-    """Set up ``interpret`` (interpreter + CPU shim) or ``cuda`` in this process."""
+def prepare(
+    device: str, *, cuda_shim: bool = True, capability: tuple[int, int] = (9, 0)
+) -> None:
+    """Set up ``interpret`` (interpreter + CPU shim) or ``cuda`` in this process.
+
+    ``capability`` is what the shim's ``torch.cuda`` answers: the compile gate's target.
+    """
     if device == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
         from pytest_kernelfix import shim
 
-        shim.install(cuda=cuda_shim)
+        shim.install(cuda=cuda_shim, target_capability=capability)
     elif device == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)

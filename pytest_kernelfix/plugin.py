@@ -8,6 +8,7 @@ an explicit ``--kernelfix-device`` asks for it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -33,6 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _wanted(config: pytest.Config, namespace: Any = None) -> bool:
+    if os.environ.get(kernelfix_config.RERUN_PLAN_ENV):
+        return False  # a rerun child: its own agent prepares the device
     resolve = kernelfix_config.resolve
     healing = bool(resolve(config, "kernelfix", namespace)) or bool(
         resolve(config, "kernelfix_apply", namespace)
@@ -50,17 +53,22 @@ def pytest_load_initial_conftests(
         return
     from pytest_kernelfix import device
 
-    requested = kernelfix_config.resolve(early_config, "kernelfix_device", namespace)
-    chosen = kernelfix_config.resolve_device(requested)
-    cuda_shim = bool(kernelfix_config.resolve(early_config, "kernelfix_cuda_shim", namespace))
-    device.prepare(chosen, cuda_shim=cuda_shim)
+    def value(name: str) -> Any:
+        return kernelfix_config.resolve(early_config, name, namespace)
+
+    chosen = kernelfix_config.resolve_device(value("kernelfix_device"))
+    device.prepare(
+        chosen,
+        cuda_shim=bool(value("kernelfix_cuda_shim")),
+        capability=kernelfix_config.target_capability(value("kernelfix_target")),
+    )
     early_config.stash[device_key] = chosen
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     settings = kernelfix_config.load_settings(config)
-    if not settings.heal:
+    if not settings.heal or os.environ.get(kernelfix_config.RERUN_PLAN_ENV):
         return
     from pytest_kernelfix.session import KernelfixSession
 

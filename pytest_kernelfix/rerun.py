@@ -26,11 +26,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_kernelfix.config import RERUN_PLAN_ENV
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
 
 #: Environment variable naming the JSON plan file that the child's agent reads.
-PLAN_ENV = "KERNELFIX_RERUN_PLAN"
+PLAN_ENV = RERUN_PLAN_ENV
 
 #: How much of the child's merged stdout/stderr a result keeps.
 OUTPUT_TAIL = 8 * 1024

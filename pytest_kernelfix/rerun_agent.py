@@ -397,6 +397,28 @@ def _relative_nodeids(message: str, session: pytest.Session) -> str:
     return message.replace(root, "")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Know the plugin's ini keys, which the suite's ini may set (``--strict-config``)."""
+    from pytest_kernelfix.config import add_ini_keys
+
+    with contextlib.suppress(ValueError):  # the plugin itself is loaded after all
+        add_ini_keys(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Prepare the device as the session did, before conftest files import kernels."""
+    plan = load_plan()
+    options = plan.get("options", {}) if plan is not None else {}
+    if not isinstance(options, dict) or not options.get("shim"):
+        return
+    from pytest_kernelfix.device import prepare
+
+    capability = options.get("capability") or (9, 0)
+    prepare("interpret", cuda_shim=bool(options.get("cuda_shim", True)),
+            capability=(int(capability[0]), int(capability[1])))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     plan = load_plan()
     if plan is None or hasattr(config, "workerinput"):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_kernelfix.capture import REPORT_ATTR, Failure, PassedTest, read_record, report_record
-from pytest_kernelfix.config import Settings
+from pytest_kernelfix.config import Settings, target_capability
 from pytest_kernelfix.failure import describe_exception
 from pytest_kernelfix.fixers.base import Fixer
 from pytest_kernelfix.fixers.hook import HookFixer, UnavailableFixer
@@ -145,6 +145,7 @@ class KernelfixSession:
             plan={
                 "shim": interpret,
                 "cuda_shim": settings.cuda_shim,
+                "capability": list(target_capability(settings.target)),
                 "gate_target": settings.target if interpret and settings.gate_enabled else None,
                 "cache_dir": str(settings.report_dir / "cache"),
             },
