@@ -128,6 +128,7 @@ class KernelfixSession:
             self.error = f"healing stopped by an internal error: {type(error).__name__}: {error}"
 
     def _heal(self) -> Any:
+        from pytest_kernelfix.guards import build_guard
         from pytest_kernelfix.rerun import RerunSpec
         from pytest_kernelfix.workflow import SessionInputs, run_healing
 
@@ -158,7 +159,7 @@ class KernelfixSession:
             rerun=rerun,
             test_patterns=tuple(self.config.getini("python_files")),
         )
-        return run_healing(inputs, self._fixer(), progress=self._progress)
+        return run_healing(inputs, self._fixer(), guard=build_guard(), progress=self._progress)
 
     def _fixer(self) -> Fixer:
         from pytest_kernelfix.fixers.base import FixerError
