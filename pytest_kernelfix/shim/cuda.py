@@ -152,40 +152,46 @@ def _stream(stream: object = None) -> Any:
 
 
 def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
+    """Replacements for ``torch.cuda`` members; each name gets its own function object
+    (torch._dynamo indexes ``torch.cuda`` by object and refuses one object under two rules).
+    """
     import torch
 
-    def manual_seed(seed: int) -> None:
-        torch.default_generator.manual_seed(int(seed))  # "cuda" tensors draw from the CPU
+    def manual_seed() -> Any:
+        def seed(seed: int) -> None:
+            torch.default_generator.manual_seed(int(seed))  # "cuda" tensors draw from the CPU
 
-    def nothing(*args: object, **kwargs: object) -> None:
-        return None
+        return seed
 
-    def zero(*args: object, **kwargs: object) -> int:
-        return 0
+    def returning(value: Any) -> Any:
+        def answer(*args: object, **kwargs: object) -> Any:
+            return value
+
+        return answer
 
     return {
-        "is_available": lambda: True,
-        "is_initialized": lambda: True,
-        "init": nothing,
-        "device_count": lambda: 1,
-        "current_device": lambda: 0,
-        "set_device": nothing,
-        "synchronize": nothing,
-        "get_device_capability": lambda device=None: props.capability,
-        "get_device_properties": lambda device=None: props,
-        "get_device_name": lambda device=None: props.name,
-        "get_arch_list": lambda: [f"sm_{props.major}{props.minor}"],
-        "is_bf16_supported": lambda including_emulation=True: props.major >= 8,
-        "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
-        "memory_allocated": zero,
-        "max_memory_allocated": zero,
-        "memory_reserved": zero,
-        "max_memory_reserved": zero,
-        "reset_peak_memory_stats": nothing,
-        "reset_max_memory_allocated": nothing,
-        "empty_cache": nothing,
-        "manual_seed": manual_seed,
-        "manual_seed_all": manual_seed,
+        "is_available": returning(True),
+        "is_initialized": returning(True),
+        "init": returning(None),
+        "device_count": returning(1),
+        "current_device": returning(0),
+        "set_device": returning(None),
+        "synchronize": returning(None),
+        "get_device_capability": returning(props.capability),
+        "get_device_properties": returning(props),
+        "get_device_name": returning(props.name),
+        "get_arch_list": returning([f"sm_{props.major}{props.minor}"]),
+        "is_bf16_supported": returning(props.major >= 8),
+        "mem_get_info": returning((props.total_memory, props.total_memory)),
+        "memory_allocated": returning(0),
+        "max_memory_allocated": returning(0),
+        "memory_reserved": returning(0),
+        "max_memory_reserved": returning(0),
+        "reset_peak_memory_stats": returning(None),
+        "reset_max_memory_allocated": returning(None),
+        "empty_cache": returning(None),
+        "manual_seed": manual_seed(),
+        "manual_seed_all": manual_seed(),
         "device": _DeviceContext,
         "Event": CpuEvent,
         "Stream": CpuStream,
