@@ -116,6 +116,9 @@ def test_installed_before_kernels_import_everything_works_together() -> None:
     out = torch.empty_like(x)
     gelu_tanh[(triton.cdiv(1000, 256),)](x, out, 1000, 0.7978845608, BLOCK=256)
     torch.testing.assert_close(out, torch.nn.functional.gelu(x, approximate="tanh"))
+    from torch._dynamo import trace_rules
+    trace_rules.get_torch_obj_rule_map()  # indexes torch.cuda by object: one rule each
+
     leaked = [n for n, v in vars(tl.core).items()
               if getattr(v, "__module__", "") == "triton.runtime.interpreter"]
     assert not leaked, leaked  # tl.max ran as an interpreted helper and cleaned up
