@@ -1,0 +1,184 @@
+"""Whole pytest sessions with --kernelfix on a real Triton project (real reruns).
+
+Each test runs pytest in a subprocess on the project of ``kernel_project.py``, with a
+replay cassette or litellm talking HTTP to the fake server, and checks what a user
+sees: outcomes, the summary, the report files, and the patches.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+from fake_llm import Delay, Reply, Status
+from kernel_project import (
+    BUGS,
+    GOOD_LINE,
+    answer,
+    git_apply_check,
+    git_init,
+    make_project,
+    report_of,
+    write_cassette,
+)
+
+pytest_plugins = ("fake_llm",)
+
+FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
+SCHEMA = json.loads(resources.files("pytest_kernelfix").joinpath("report.schema.json").read_text())
+
+
+def heal(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix", *args)
+
+
+def test_healed_in_one_round(pytester: pytest.Pytester) -> None:
+    kernel = make_project(pytester)
+    before = kernel.read_bytes()
+    git_init(pytester.path)
+    tape = write_cassette(pytester.path / "tape.jsonl", [FIX], group="scale_kernel-*")
+    result = heal(pytester, f"--kernelfix-model=replay:{tape}")
+
+    result.assert_outcomes(failed=4, passed=1)  # the failures stay failures
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*kernelfix: healing scale_kernel-assertionerror-* (4 test(s); kernels/ops.py)",
+        "*= kernelfix =*",
+        "healed    scale_kernel-assertionerror-*: 1 round(s), 4 test(s), kernels/ops.py (exact)",
+        "*git apply .kernelfix/scale_kernel-assertionerror-*.patch",
+    ])
+    assert kernel.read_bytes() == before  # report mode never touches the tree
+    report = report_of(pytester.path)
+    jsonschema.validate(report, SCHEMA)
+    (bug,) = report["bugs"]
+    assert bug["status"] == "healed" and bug["rounds"] == 1 and bug["levels"] == [["exact"]]
+    assert len(bug["nodeids"]) == 4 and bug["calls"] == 1 and bug["prompt_tokens"] == 100
+    patch = pytester.path / ".kernelfix" / bug["patch"]
+    assert git_apply_check(pytester.path, patch).returncode == 0
+    assert "-    y = x + factor\n+    y = x * factor" in patch.read_text()
+    markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
+    assert "| `scale_kernel-assertionerror-" in markdown and "```diff" in markdown
+
+
+def test_healed_in_two_rounds_through_feedback(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    almost = answer(BUGS["offset"], "    y = x * factor + 1.0", reason="first guess")
+    better = answer("    y = x * factor + 1.0", GOOD_LINE, reason="drop the offset")
+    tape = write_cassette(pytester.path / "tape.jsonl", [almost, better])
+    result = heal(pytester, f"--kernelfix-model=replay:{tape}")
+    result.assert_outcomes(failed=4, passed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed" and bug["rounds"] == 2
+    first = bug["round_details"][0]["outcome"]
+    assert first.startswith("4 of 4 failing tests still fail")
+    patch = (pytester.path / ".kernelfix" / bug["patch"]).read_text()
+    assert "+    y = x * factor\n" in patch and "+ 1.0" not in patch
+
+
+def test_unhealable_after_n_rounds_with_the_reason(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    wrong = [answer(BUGS["offset"], "    y = x - factor"),
+             answer("    y = x - factor", "    y = x / factor")]
+    tape = write_cassette(pytester.path / "tape.jsonl", wrong)
+    result = heal(pytester, f"--kernelfix-model=replay:{tape}", "--kernelfix-rounds=2")
+    result.assert_outcomes(failed=4, passed=1)
+    result.stdout.fnmatch_lines(["unhealed  scale_kernel-*: not healed after 2 round(s); last:*"])
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "unhealed" and bug["rounds"] == 2 and bug["patch"] is None
+    assert "still fail" in bug["reason"]
+    assert not list((pytester.path / ".kernelfix").glob("*.patch"))
+
+
+def test_cassette_running_out_is_a_reason_not_a_crash(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    tape = write_cassette(pytester.path / "tape.jsonl", [answer(BUGS["offset"], "    y = x")])
+    result = heal(pytester, f"--kernelfix-model=replay:{tape}")
+    result.assert_outcomes(failed=4, passed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "unhealed"
+    assert "no answer left" in bug["reason"] and "round 2" in bug["reason"]
+
+
+def test_edits_that_do_not_match_are_fed_back(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    missing = answer("    result = compute(x, factor)", GOOD_LINE)
+    tape = write_cassette(pytester.path / "tape.jsonl", [missing, FIX])
+    result = heal(pytester, f"--kernelfix-model=replay:{tape}")
+    result.assert_outcomes(failed=4, passed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed" and bug["levels"] == [["none"], ["exact"]]
+    error = bug["round_details"][0]["edits"][0]["error"]
+    assert "levels tried: exact, trimmed, whitespace, fuzzy" in error
+    assert "The most similar fragment is at line 16" in error  # a real line of the file
+    assert "def scale(x, factor):" in error
+
+
+def test_kernel_error_is_surfaced_and_healed_by_recipe(pytester: pytest.Pytester) -> None:
+    """``tl.tanh`` fails inside the kernel; the recipes fixer needs no model."""
+    make_project(pytester, bug="tanh")
+    result = heal(pytester)  # default fixer: recipes
+    result.assert_outcomes(failed=5)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["error"] == "AttributeError: module 'triton.language' has no attribute 'tanh'"
+    assert bug["status"] == "healed", bug["reason"]
+    assert bug["round_details"][0]["source"].startswith("recipe")
+
+
+def test_non_kernel_failures_and_passing_tests_are_left_alone(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    (pytester.path / "kernels" / "ops.py").write_text(
+        (pytester.path / "kernels" / "ops.py").read_text().replace(BUGS["offset"], GOOD_LINE))
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 == 2\n")
+    result = heal(pytester)
+    result.assert_outcomes(failed=1, passed=5)
+    assert "healing" not in result.stdout.str()
+    assert not (pytester.path / ".kernelfix").exists()
+
+
+def test_litellm_over_http_with_a_500_and_a_timeout(pytester: pytest.Pytester, fake_llm) -> None:
+    make_project(pytester)
+    fake_llm.script(Status(500), Delay(5.0, Reply(FIX)), Reply(FIX))
+    result = heal(pytester, "--kernelfix-model=openai/fake-model",
+                  f"--kernelfix-api-base={fake_llm.url}", "--kernelfix-llm-timeout=1",
+                  "--kernelfix-llm-retries=2")
+    result.assert_outcomes(failed=4, passed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed", bug["reason"]
+    assert bug["calls"] == 1 and bug["prompt_tokens"] > 0
+    assert len(fake_llm.requests) == 3  # 500, timed out, answered
+    prompt = json.dumps(fake_llm.requests[-1]["messages"])
+    assert "def scale_kernel" in prompt and "Tensor-likes are not close" in prompt
+    assert "tests/test_ops.py" in prompt  # the test source as read-only context
+
+
+def test_apply_mode_leaves_a_tree_that_passes(pytester: pytest.Pytester) -> None:
+    kernel = make_project(pytester)
+    mode = kernel.stat().st_mode
+    tape = write_cassette(pytester.path / "tape.jsonl", [FIX])
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix-apply",
+                                           f"--kernelfix-model=replay:{tape}")
+    result.assert_outcomes(failed=4, passed=1)  # this run's outcomes are not rewritten
+    result.stdout.fnmatch_lines(["written to the working tree: kernels/ops.py"])
+    assert GOOD_LINE + "\n" in kernel.read_text()
+    assert kernel.stat().st_mode == mode
+    (bug,) = report_of(pytester.path)["bugs"]
+    saved = pytester.path / ".kernelfix" / "backup" / bug["id"] / "kernels" / "ops.py"
+    assert BUGS["offset"] in saved.read_text()  # the original is kept for undo
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=5)
+
+
+@pytest.mark.parametrize("extra", [("-n", "2"), ("--junitxml=junit.xml",)],
+                         ids=["xdist", "junitxml"])
+def test_same_heal_under_xdist_and_junitxml(pytester: pytest.Pytester,
+                                            extra: tuple[str, ...]) -> None:
+    make_project(pytester)
+    tape = write_cassette(pytester.path / "tape.jsonl", [FIX])
+    result = heal(pytester, f"--kernelfix-model=replay:{tape}", *extra)
+    result.assert_outcomes(failed=4, passed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed" and len(bug["nodeids"]) == 4
+    if "--junitxml=junit.xml" in extra:
+        junit = (pytester.path / "junit.xml").read_text()
+        assert junit.count("<failure") == 4  # healing is reported beside, never instead
