@@ -18,13 +18,14 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def on_cpu() -> Iterator[None]:
-    """CUDA mapped to the CPU as an sm_80 GPU; a session-wide shim is left in place."""
-    already = cuda.installed()
-    if not already:
-        assert cuda.install((8, 0))
+    """CUDA mapped to the CPU as an sm_80 GPU; a session-wide piece is put back afterwards."""
+    held = cuda.capability()
+    cuda.uninstall()
+    assert cuda.install((8, 0))
     yield
-    if not already:
-        cuda.uninstall()
+    cuda.uninstall()
+    if held is not None:
+        cuda.install(held)
 
 
 def test_factories_and_moves_land_on_the_cpu(on_cpu: None) -> None:
@@ -119,15 +120,13 @@ def test_a_cuda_wrapper_runs_its_kernel_on_the_interpreter(on_cpu: None) -> None
     torch.testing.assert_close(out, x + y)
 
 
-def test_uninstall_puts_torch_cuda_back() -> None:
-    if cuda.installed():
-        pytest.skip("a session-wide shim holds the CUDA piece")
-    assert cuda.install((9, 0))
+def test_uninstall_puts_torch_cuda_back(on_cpu: None) -> None:
     cuda.uninstall()
     assert not torch.cuda.is_available()
     with pytest.raises((AssertionError, RuntimeError)):
         torch.zeros(1, device="cuda")
     assert not hasattr(torch.zeros(1), cuda.MARK)
+    assert cuda.capability() is None
 
 
 GPU_SUITE = """

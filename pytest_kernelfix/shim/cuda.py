@@ -217,7 +217,7 @@ def install(capability: tuple[int, int]) -> bool:
         patches.set(torch.cuda, name, value)
     mode = _mode_class()()
     mode.__enter__()
-    _state.update(patches=patches, mode=mode)
+    _state.update(patches=patches, mode=mode, capability=capability)
     return True
 
 
@@ -245,3 +245,9 @@ def _remove_mode(mode: Any) -> None:
 
 def installed() -> bool:
     return bool(_state)
+
+
+def capability() -> tuple[int, int] | None:
+    """The compute capability ``torch.cuda`` reports, or None when not installed."""
+    held: tuple[int, int] | None = _state.get("capability")
+    return held
