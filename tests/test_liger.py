@@ -53,6 +53,14 @@ def test_liger_op_matches_torch_with_the_shim(with_shim: dict[str, Any], op: str
     assert with_shim["_launches"][op], f"{op} launched no Triton kernel"
 
 
+def test_every_liger_launch_compiles_for_an_h100(with_shim: dict[str, Any]) -> None:
+    verdicts = with_shim["_gate"]
+    rejected = [v for v in verdicts if not v["ok"]]
+    compiled = [v for v in verdicts if not v["error"]]
+    assert not rejected, rejected
+    assert len(compiled) >= len(OPS)  # most launches are exact enough to compile
+
+
 @pytest.mark.slow  # a second child run, only to show what the shim is for
 @pytest.mark.parametrize("op", ["rms_norm", "geglu", "dyt"])
 def test_without_the_shim_the_interpreter_fails_falsely(

@@ -6,7 +6,8 @@ Test data for ``tests/test_liger.py``, run as a script in a fresh interpreter::
     python liger_ops.py --no-shim  # plain interpreter, tensors on the CPU
 
 It prints one JSON object: op name -> "ok" or the error, plus "_launches": the Triton
-kernels each op launched (an op that silently fell back to torch would launch none).
+kernels each op launched (an op that silently fell back to torch would launch none),
+and with the shim "_gate": each distinct launch compiled for an H100 by the gate.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from pytest_kernelfix.launches import LaunchRecorder
+from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
 
 DEVICE = "cuda"  # main() switches to "cpu" without the shim
 close = torch.testing.assert_close
@@ -194,6 +196,7 @@ def main() -> None:
     recorder = LaunchRecorder()
     results: dict[str, object] = {}
     launches: dict[str, list[str]] = {}
+    kernels: dict[KernelLaunch, Any] = {}
     with recorder.recording():
         for name, op in OPS.items():
             recorder.reset()
@@ -203,8 +206,21 @@ def main() -> None:
             except Exception as exc:  # reported to the test, not raised
                 results[name] = f"{type(exc).__name__}: {exc}"[:500]
             launches[name] = sorted({launch.name for launch in recorder.launches()})
+            kernels.update(recorder.kernels)
     results["_launches"] = launches
+    if DEVICE == "cuda":
+        results["_gate"] = gate_all(kernels)
     print(json.dumps(results))
+
+
+def gate_all(kernels: dict[KernelLaunch, Any]) -> list[dict[str, Any]]:
+    import tempfile
+
+    from pytest_kernelfix.gate import compile_launches, parse_target
+
+    with tempfile.TemporaryDirectory() as cache_dir:
+        verdicts = compile_launches(kernels, parse_target("cuda:90"), cache_dir=cache_dir)
+    return [verdict.to_json() for verdict in verdicts]
 
 
 if __name__ == "__main__":
