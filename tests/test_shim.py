@@ -49,6 +49,7 @@ SNAPSHOT = """
 
 def test_nothing_changes_until_install_and_uninstall_restores_all() -> None:
     out = run_child(SNAPSHOT + """
+    import os
     import pytest_kernelfix.shim as shim
     import pytest_kernelfix.gate  # importing the gate installs nothing either
     before = snapshot()
@@ -85,6 +86,14 @@ def test_nothing_changes_until_install_and_uninstall_restores_all() -> None:
     assert triton.runtime.driver.active.get_active_torch_device() == torch.device("cpu")
     assert shim.state() == shim.ShimState(False, (9, 0), False)
     shim.uninstall()
+    assert snapshot() == before
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        shim.install()
+    except RuntimeError as e:
+        assert "TRITON_INTERPRET=1" in str(e)
+    else:
+        raise AssertionError("installed for compiled kernels")
     assert snapshot() == before
     print("ok")
     """)

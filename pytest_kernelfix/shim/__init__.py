@@ -40,8 +40,13 @@ _state: list[ShimState] = []
 def install(*, cuda: bool = True, target_capability: tuple[int, int] = (9, 0)) -> None:
     """Install the shim; a second call with the same options does nothing.
 
-    A call with other options reinstalls with the new ones.
+    A call with other options reinstalls with the new ones. Refused unless Triton runs
+    interpreted: compiled launches on a real GPU need the real driver.
     """
+    from triton import knobs
+
+    if not knobs.runtime.interpret:
+        raise RuntimeError("the kernelfix CPU shim needs TRITON_INTERPRET=1 set before install()")
     capability = (int(target_capability[0]), int(target_capability[1]))
     if _state:
         if (_state[0].cuda, _state[0].target_capability) == (cuda, capability):
