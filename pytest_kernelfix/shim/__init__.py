@@ -2,7 +2,7 @@
 
 ``install()`` is called after ``TRITON_INTERPRET=1`` is set and before kernel modules
 are imported, in the pytest session and in every rerun subprocess. It puts in place
-four independent pieces, each undone by ``uninstall()``:
+five independent pieces, each undone by ``uninstall()``:
 
 - ``driver``: a CPU Triton driver (``driver.active``, autotune, ``do_bench``).
 - ``cuda``: ``device="cuda"`` tensors live on the CPU, ``torch.cuda`` answers as one
