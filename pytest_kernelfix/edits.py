@@ -117,7 +117,7 @@ def _parse_json(text: str) -> ParsedResponse | None:
             if lang.lower() == "json" and not fenced_error:
                 fenced_error = (
                     f"The ```json block is not valid JSON ({exc.msg} at line {exc.lineno}, "
-                    f"column {exc.colno}). Escape newlines as \\n and quotes as \\\" inside "
+                    f'column {exc.colno}). Escape newlines as \\n and quotes as \\" inside '
                     f"strings. {FORMAT_HINT}"
                 )
             continue

@@ -206,22 +206,27 @@ class TextView:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.newline = "\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"
+        crlf = "\r" in text and text.count("\r\n") * 2 > text.count("\n")
+        self.newline = "\r\n" if crlf else "\n"
 
     @cached_property
-    def raw(self) -> tuple[str, ...]:
+    def raw(self) -> Sequence[str]:
         """Each line without its terminator (a trailing CR belongs to the terminator)."""
-        pieces = self.text.split("\n")
         if "\r" not in self.text:
-            return tuple(pieces)
-        return tuple(p[:-1] if p.endswith("\r") else p for p in pieces)
+            return self._pieces
+        return [p[:-1] if p.endswith("\r") else p for p in self._pieces]
 
     @cached_property
     def starts(self) -> tuple[int, ...]:
-        lengths = np.fromiter(map(len, self.text.split("\n")), dtype=np.int64)
+        """Offset of every line's first character."""
+        lengths = np.fromiter(map(len, self._pieces), dtype=np.int64, count=len(self._pieces))
         starts = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1] + 1, out=starts[1:])
         return tuple(starts.tolist())
+
+    @cached_property
+    def _pieces(self) -> list[str]:
+        return self.text.split("\n")
 
     def end(self, line: int) -> int:
         """Offset just past the text of ``line``, before its line terminator."""
@@ -231,11 +236,11 @@ class TextView:
         return bisect_right(self.starts, offset) - 1
 
     @cached_property
-    def trimmed(self) -> tuple[str, ...]:
-        return tuple(map(str.strip, self.raw))
+    def trimmed(self) -> Sequence[str]:
+        return list(map(str.strip, self.raw))
 
     @cached_property
-    def normalized(self) -> tuple[str, ...]:
+    def normalized(self) -> Sequence[str]:
         return _normalize(self.trimmed)
 
     @cached_property
@@ -255,18 +260,16 @@ class TextView:
     def joined(self) -> tuple[str, tuple[int, ...]]:
         """Non-blank normalized lines joined by newlines, with each line's offset."""
         offsets = np.zeros(len(self.nonblank_text) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, self.nonblank_text), dtype=np.int64) + 1, out=offsets[1:])
+        np.cumsum(self.nonblank_lengths.astype(np.int64) + 1, out=offsets[1:])
         return "\n".join(self.nonblank_text), tuple(offsets.tolist())
 
 
-def _normalize(trimmed: Sequence[str]) -> tuple[str, ...]:
+def _normalize(trimmed: Sequence[str]) -> list[str]:
     """Trimmed lines with every run of blanks and tabs read as one space.
 
     Only lines that hold a run are rebuilt: splitting every line costs ~1 ms per 3,000.
     """
-    return tuple(
-        [" ".join(line.split()) if "  " in line or "\t" in line else line for line in trimmed]
-    )
+    return [" ".join(line.split()) if "  " in line or "\t" in line else line for line in trimmed]
 
 
 @lru_cache(maxsize=16)
@@ -341,7 +344,7 @@ def _locate(
     view: TextView, query: Query, first_line: int, *, pick_first: bool, fuzzy: bool = True
 ) -> Match | Failure:
     """Levels in order; the first level with candidates decides."""
-    floor = view.starts[min(first_line, len(view.starts) - 1)]
+    floor = view.starts[min(first_line, len(view.raw) - 1)] if first_line else 0
     for phase in _PHASES:
         spans = _spans(view, query, phase, floor)
         level = _LEVEL_OF[phase]

@@ -108,6 +108,27 @@ def test_syntax_check_is_not_fooled_by_column_zero_text_inside_strings() -> None
     assert not broken.success and "parse" in broken.errors[0]
 
 
+def test_syntax_check_inside_a_method_of_a_class() -> None:
+    content = (
+        "class Op:\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        y = x + 1\n"
+        "        return y\n"
+        "\n"
+        "    def backward(ctx, g):\n"
+        "        return g\n"
+    )
+    assert applied(content, Modification("y = x + 1", "y = x + 2")) == content.replace("1", "2")
+    broken = apply(content, Modification("y = x + 1", "y = (x + 1"))
+    assert not broken.success and "parse" in broken.errors[0]
+    # Moving a line out to the class body is still valid Python.
+    moved = applied(
+        content, Modification("        return g\n", "        return g\n\n    scale = 2\n")
+    )
+    assert moved.endswith("    scale = 2\n")
+
+
 def test_tabs_in_model_text_follow_a_space_indented_file() -> None:
     old = "\tnum = tl.exp(x)\n\tout = num / tl.sum(num, axis=0)"
     new = "\tnum = tl.exp(x)\n\tif True:\n\t\tout = num / tl.sum(num, axis=0)"

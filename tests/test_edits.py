@@ -155,8 +155,8 @@ def test_broken_fenced_json_names_the_position() -> None:
 @pytest.mark.parametrize(
     ("item", "problem"),
     [
-        ({"new_string": "b"}, "no \"old_string\""),
-        ({"old_string": "a"}, "no \"new_string\""),
+        ({"new_string": "b"}, 'no "old_string"'),
+        ({"old_string": "a"}, 'no "new_string"'),
         ({"old_string": "a", "new_string": 3}, "not text"),
     ],
 )

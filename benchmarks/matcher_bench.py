@@ -1,0 +1,584 @@
+"""Benchmark the edit engine on model-style edits of real Triton kernels.
+
+The kernels are read at run time from installed packages: liger-kernel's ``ops``
+modules (the ``bench`` extra) and triton's own ``@jit`` helpers, plus one ~3,000-line
+module made by joining liger modules, for the size bound. Nothing is copied into this
+repository.
+
+Every case knows the intended original span and the text the file must have afterwards,
+computed here without the engine. An outcome is ``correct`` (the file became exactly that
+text, or, for kinds that must be refused, stayed unchanged), ``refused`` (unchanged) or
+``wrong`` (anything else). Cases are drawn with a seeded RNG, so runs are reproducible.
+
+Usage: python benchmarks/matcher_bench.py [--seed 0] [--per-kind 40] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import rapidfuzz
+from rapidfuzz import fuzz, process
+
+from pytest_kernelfix.apply import apply_modifications
+from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.matcher import text_view
+
+MARK = "  # kernelfix"
+APPLY_KINDS = (
+    "exact",
+    "dedented",
+    "re-indented",
+    "trailing whitespace",
+    "inner whitespace",
+    "one-char typo",
+    "blank line +/-",
+    "tabs",
+    "CRLF in model text",
+    "CRLF file",
+    "elision",
+    "ambiguous + anchor",
+    "replace_all",
+)
+REFUSE_KINDS = ("hallucinated", "ambiguous, no anchor")
+EITHER_KINDS = ("near-twin typo",)
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    text: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    source: str
+    content: str
+    modification: Modification
+    expected: str | None  # None: the edit must be refused
+
+
+@dataclass
+class Tally:
+    correct: int = 0
+    wrong: int = 0
+    refused: int = 0
+    times: list[float] = field(default_factory=list)
+    first_times: list[float] = field(default_factory=list)
+
+
+# --- sources ---------------------------------------------------------------------------
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(f"{name} is not installed: pip install -e '.[bench]'")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_sources() -> list[Source]:
+    """Kernel modules with @jit functions, smallest first; plus one ~3,000-line module."""
+    jit = re.compile(r"^\s*@(triton\.)?jit\b", re.M)
+    sources = []
+    for root, pattern in (
+        (package_dir("liger_kernel") / "ops", "**/*.py"),
+        (package_dir("triton") / "language", "*.py"),
+        (package_dir("triton") / "tools", "*.py"),
+    ):
+        for path in sorted(root.glob(pattern)):
+            text = path.read_text(encoding="utf-8")
+            if len(jit.findall(text)) >= 2 and 60 <= text.count("\n") <= 3000:
+                sources.append(Source(f"{root.parent.name}/{path.relative_to(root)}", text))
+    liger = [s for s in sources if "ops" in s.name]
+    joined, lines = [], 0
+    for source in sorted(liger, key=lambda s: s.name):
+        body = source.text.replace("from __future__ import annotations\n", "")
+        if lines + body.count("\n") <= 3000:
+            joined.append(body)
+            lines += body.count("\n")
+    sources.append(Source(f"liger ops joined ({lines} lines)", "".join(joined)))
+    return sources
+
+
+# --- building cases ------------------------------------------------------------------------
+
+
+def indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def occurrences(text: str, part: str) -> int:
+    count, position = 0, text.find(part)
+    while position >= 0:
+        count, position = count + 1, text.find(part, position + 1)
+    return count
+
+
+def normalized(line: str) -> str:
+    return " ".join(line.split())
+
+
+def window_count(keys: list[str], wanted: list[str]) -> int:
+    size = len(wanted)
+    return sum(keys[i : i + size] == wanted for i in range(len(keys) - size + 1))
+
+
+class Builder:
+    """Draws blocks of real code and turns them into model-style edits."""
+
+    def __init__(self, source: Source, rng: random.Random) -> None:
+        self.source = source
+        self.rng = rng
+        self.lines = source.lines
+        self.trimmed = [line.strip() for line in self.lines]
+        self.keys = [normalized(line) for line in self.lines]
+        self.nonblank = [k for k in self.keys if k]
+
+    # blocks
+
+    def block(self, low: int, high: int, tries: int = 200) -> tuple[int, int] | None:
+        """A unique block of low..high lines of code: (first, last) line indices."""
+        for _ in range(tries):
+            size = self.rng.randint(low, high)
+            first = self.rng.randrange(0, max(1, len(self.lines) - size))
+            last = first + size - 1
+            chunk = self.lines[first : last + 1]
+            if not chunk[0].strip() or not chunk[-1].strip():
+                continue
+            if not any(len(line.strip()) >= 12 for line in chunk):
+                continue
+            if any(line.rstrip().endswith("\\") for line in chunk):
+                continue
+            if occurrences(self.source.text, "\n".join(chunk)) != 1:
+                continue
+            if window_count(self.trimmed, self.trimmed[first : last + 1]) != 1:
+                continue
+            nonblank = [k for k in self.keys[first : last + 1] if k]
+            if window_count(self.nonblank, nonblank) != 1:
+                continue
+            return first, last
+        return None
+
+    def changed(self, first: int, last: int, line: int | None = None) -> list[str]:
+        """The block with a comment appended to one code line: a syntax-safe fix."""
+        chunk = list(self.lines[first : last + 1])
+        candidates = [i for i, text in enumerate(chunk) if text.strip()]
+        index = self.rng.choice(candidates) if line is None else line
+        chunk[index] += MARK
+        return chunk
+
+    def expected(self, first: int, last: int, new: list[str]) -> str:
+        return "\n".join([*self.lines[:first], *new, *self.lines[last + 1 :]])
+
+    def case(
+        self,
+        kind: str,
+        old: str,
+        new: str,
+        expected: str | None,
+        *,
+        replace_all: bool = False,
+        anchor: str = "",
+    ) -> Case:
+        mod = Modification(old, new, replace_all=replace_all, anchor=anchor)
+        return Case(kind, self.source.name, self.source.text, mod, expected)
+
+    def similar_elsewhere(self, first: int, last: int) -> float:
+        """Best similarity of the block to any same-sized window not overlapping it."""
+        size = last - first + 1
+        wanted = "\n".join(self.keys[first : last + 1])
+        windows = [
+            "\n".join(self.keys[i : i + size])
+            for i in range(len(self.lines) - size + 1)
+            if i + size <= first or i > last
+        ]
+        best = process.extractOne(wanted, windows, scorer=fuzz.ratio) if windows else None
+        return best[1] / 100 if best else 0.0
+
+    def repeated_lines(self) -> list[str]:
+        """Whole lines of code that occur at least twice, always with the same indentation."""
+        seen: dict[str, list[int]] = {}
+        for index, line in enumerate(self.lines):
+            if len(line.strip()) >= 12 and not line.rstrip().endswith("\\"):
+                seen.setdefault(line.strip(), []).append(index)
+        return [
+            self.lines[spots[0]]
+            for spots in seen.values()
+            if len(spots) >= 2 and len({self.lines[i] for i in spots}) == 1
+        ]
+
+
+def dedent(lines: list[str], amount: int) -> list[str]:
+    return [line[amount:] if line.strip() else "" for line in lines]
+
+
+def generate(kind: str, builder: Builder) -> Case | None:
+    """One case of a kind from one source, or None when the source offers none."""
+    rng = builder.rng
+    if kind in ("hallucinated", "ambiguous, no anchor", "ambiguous + anchor", "replace_all"):
+        return _special(kind, builder)
+    if kind == "near-twin typo":
+        return _near_twin(builder)
+    if kind == "elision":
+        return _elision(builder)
+    low, high = {"blank line +/-": (3, 7), "one-char typo": (1, 5)}.get(kind, (1, 6))
+    found = builder.block(low, high)
+    if found is None:
+        return None
+    first, last = found
+    old = builder.lines[first : last + 1]
+    new = builder.changed(first, last)
+    expected = builder.expected(first, last, new)
+    end = "\n" if rng.random() < 0.5 else ""
+    transform = TRANSFORMS[kind]
+    moved = transform(old, new, builder, first, last)
+    if moved is None:
+        return None
+    old_m, new_m = moved
+    content = builder.source.text
+    if kind == "CRLF file":
+        content, expected = content.replace("\n", "\r\n"), expected.replace("\n", "\r\n")
+    if kind == "CRLF in model text":
+        end = "\r\n" if end else ""
+    mod = Modification(old_m + end, new_m + end)
+    return Case(kind, builder.source.name, content, mod, expected)
+
+
+Transform = Callable[[list[str], list[str], Builder, int, int], "tuple[str, str] | None"]
+
+
+def _plain(old: list[str], new: list[str], *_: object) -> tuple[str, str]:
+    return "\n".join(old), "\n".join(new)
+
+
+def _dedented(old: list[str], new: list[str], *_: object) -> tuple[str, str] | None:
+    common = min(len(indent_of(line)) for line in old if line.strip())
+    if common < 4:
+        return None
+    return "\n".join(dedent(old, common)), "\n".join(dedent(new, common))
+
+
+def _reindented(old: list[str], new: list[str], builder: Builder, *_: object) -> tuple[str, str]:
+    pad = " " * builder.rng.choice((2, 4, 8))
+    return "\n".join(pad + line for line in old), "\n".join(pad + line for line in new)
+
+
+def _trailing(old: list[str], new: list[str], builder: Builder, *_: object) -> tuple[str, str]:
+    rng = builder.rng
+    spots = [i for i, line in enumerate(old) if line.strip()]
+    dirty = list(old)
+    for i in rng.sample(spots, rng.randint(1, len(spots))):
+        dirty[i] += rng.choice([" ", "  ", "\t", "   "])
+    return "\n".join(dirty), "\n".join(new)
+
+
+def _inner(old: list[str], new: list[str], builder: Builder, *_: object) -> tuple[str, str] | None:
+    rng = builder.rng
+    spots = [i for i, line in enumerate(old) if " " in line.strip()]
+    if not spots:
+        return None
+    dirty = list(old)
+    for i in rng.sample(spots, rng.randint(1, min(3, len(spots)))):
+        body = dirty[i].lstrip()
+        cuts = [m.start() for m in re.finditer(r"(?<=\S) (?=\S)", body)]
+        if cuts:
+            cut = rng.choice(cuts)
+            body = body[:cut] + rng.choice(["  ", "   ", "\t"]) + body[cut + 1 :]
+        dirty[i] = indent_of(dirty[i]) + body
+    if dirty == old:
+        return None
+    return "\n".join(dirty), "\n".join(new)
+
+
+def _typo(
+    old: list[str], new: list[str], builder: Builder, first: int, last: int
+) -> tuple[str, str] | None:
+    if builder.similar_elsewhere(first, last) >= 0.9:
+        return None  # a near twin: that is the near-twin kind
+    return _with_typo(old, builder.rng), "\n".join(new)
+
+
+def _with_typo(lines: list[str], rng: random.Random) -> str:
+    spots = [i for i, line in enumerate(lines) if len(line.strip()) >= 12]
+    i = rng.choice(spots)
+    line = lines[i]
+    positions = [p for p, ch in enumerate(line) if ch.isalnum()]
+    p = rng.choice(positions)
+    action = rng.choice(("swap", "drop", "double"))
+    if action == "swap":
+        letter = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != line[p].lower()])
+        line = line[:p] + letter + line[p + 1 :]
+    elif action == "drop":
+        line = line[:p] + line[p + 1 :]
+    else:
+        line = line[:p] + line[p] + line[p:]
+    return "\n".join([*lines[:i], line, *lines[i + 1 :]])
+
+
+def _blank(old: list[str], new: list[str], builder: Builder, *_: object) -> tuple[str, str]:
+    rng = builder.rng
+    blanks = [i for i, line in enumerate(old) if not line.strip()]
+    dirty = list(old)
+    if blanks:
+        dirty.pop(rng.choice(blanks))
+    else:
+        dirty.insert(rng.randint(1, len(old) - 1), "")
+    return "\n".join(dirty), "\n".join(new)
+
+
+def _tabs(old: list[str], new: list[str], *_: object) -> tuple[str, str] | None:
+    if any(len(indent_of(line)) % 4 for line in old if line.strip()):
+        return None
+
+    def tabbed(lines: list[str]) -> str:
+        return "\n".join("\t" * (len(indent_of(x)) // 4) + x.lstrip(" ") for x in lines)
+
+    return tabbed(old), tabbed(new)
+
+
+def _crlf(old: list[str], new: list[str], *_: object) -> tuple[str, str]:
+    return "\r\n".join(old), "\r\n".join(new)
+
+
+TRANSFORMS: dict[str, Transform] = {
+    "exact": _plain,
+    "dedented": _dedented,
+    "re-indented": _reindented,
+    "trailing whitespace": _trailing,
+    "inner whitespace": _inner,
+    "one-char typo": _typo,
+    "blank line +/-": _blank,
+    "tabs": _tabs,
+    "CRLF in model text": _crlf,
+    "CRLF file": _plain,
+}
+
+
+def _elision(builder: Builder) -> Case | None:
+    found = builder.block(6, 14)
+    if found is None:
+        return None
+    first, last = found
+    lines, text = builder.lines, builder.source.text
+    head, tail = lines[first : first + 2], lines[last - 1 : last + 1]
+    head_text = "\n".join(head)
+    if not all(line.strip() for line in (*head, *tail)) or occurrences(text, head_text) != 1:
+        return None
+    after_head = text.index(head_text) + len(head_text)
+    if occurrences(text[after_head:], "\n".join(tail)) != 1:
+        return None
+    marker = indent_of(lines[first + 2] or lines[first + 1]) + "# ... existing code ..."
+    new = builder.changed(first, last, line=builder.rng.randrange(2))
+    old_m = "\n".join([*head, marker, *tail])
+    new_m = "\n".join([*new[:2], marker, *tail])
+    return builder.case("elision", old_m, new_m, builder.expected(first, last, new))
+
+
+def _special(kind: str, builder: Builder) -> Case | None:
+    rng, lines, text = builder.rng, builder.lines, builder.source.text
+    if kind == "hallucinated":
+        other = rng.choice([s for s in SOURCES if s.name != builder.source.name])
+        donor = Builder(other, rng)
+        found = donor.block(2, 5)
+        if found is None:
+            return None
+        chunk = other.lines[found[0] : found[1] + 1]
+        wanted = "\n".join(normalized(line) for line in chunk if line.strip())
+        nonblank = builder.nonblank
+        size = wanted.count("\n") + 1
+        windows = [
+            "\n".join(nonblank[i : i + k])
+            for k in (size - 1, size, size + 1)
+            if k >= 1
+            for i in range(len(nonblank) - k + 1)
+        ]
+        best = process.extractOne(wanted, windows, scorer=fuzz.ratio)
+        if best is not None and best[1] >= 70:
+            return None  # too close to real code here to count as a hallucination
+        return builder.case(kind, "\n".join(chunk), "\n".join(chunk) + MARK, None)
+    repeated = builder.repeated_lines()
+    if not repeated:
+        return None
+    target = rng.choice(repeated)
+    spots = [i for i, line in enumerate(lines) if line == target]
+    new_line = target + MARK
+    if kind == "ambiguous, no anchor":
+        return builder.case(kind, target, new_line, None)
+    if kind == "replace_all":
+        expected = "\n".join(new_line if line == target else line for line in lines)
+        return builder.case(kind, target, new_line, expected, replace_all=True)
+    k = rng.randrange(1, len(spots))
+    between = range(spots[k] - 1, spots[k - 1], -1)
+    anchor = next(
+        (
+            lines[i]
+            for i in between
+            if len(lines[i].strip()) >= 12 and occurrences(text, lines[i].strip()) == 1
+        ),
+        None,
+    )
+    if anchor is None:
+        return None
+    expected = "\n".join(new_line if i == spots[k] else line for i, line in enumerate(lines))
+    return builder.case(kind, target, new_line, expected, anchor=anchor.strip())
+
+
+def _near_twin(builder: Builder) -> Case | None:
+    rng, lines, text = builder.rng, builder.lines, builder.source.text
+    pool = [
+        i
+        for i, line in enumerate(lines)
+        if len(line.strip()) >= 15 and occurrences(text, line.strip()) == 1
+    ]
+    if len(pool) < 2:
+        return None
+    sample = rng.sample(pool, min(len(pool), 600))
+    keys = [builder.keys[i] for i in sample]
+    scores = process.cdist(keys, keys, scorer=fuzz.ratio, score_cutoff=85)
+    pairs = [
+        (sample[a], sample[b])
+        for a in range(len(sample))
+        for b in scores[a].nonzero()[0]
+        if a != b and scores[a][b] < 100
+    ]
+    if not pairs:
+        return None
+    target, _twin = rng.choice(pairs)
+    old = _with_typo([lines[target]], rng)
+    new = builder.changed(target, target, line=0)
+    return builder.case(
+        "near-twin typo", old, "\n".join(new), builder.expected(target, target, new)
+    )
+
+
+SOURCES: list[Source] = []
+
+
+def build_corpus(seed: int, per_kind: int) -> list[Case]:
+    rng = random.Random(seed)
+    large = SOURCES[-1]
+    cases = []
+    for kind in (*APPLY_KINDS, *REFUSE_KINDS, *EITHER_KINDS):
+        made, attempts = 0, 0
+        while made < per_kind and attempts < per_kind * 30:
+            attempts += 1
+            source = large if rng.random() < 0.3 else rng.choice(SOURCES[:-1])
+            case = generate(kind, Builder(source, rng))
+            if case is not None:
+                cases.append(case)
+                made += 1
+    return cases
+
+
+# --- running ---------------------------------------------------------------------------
+
+
+def run_case(case: Case, repeat: int) -> tuple[str, float, float]:
+    """Outcome, best time and first time (seconds) of applying one case, caches cold."""
+    times, result = [], None
+    for _ in range(repeat):
+        text_view.cache_clear()
+        start = time.perf_counter()
+        result = apply_modifications(case.content, [case.modification], path="kernel.py")
+        times.append(time.perf_counter() - start)
+    assert result is not None
+    if result.code == case.content:
+        outcome = "correct" if case.expected is None else "refused"
+    elif result.code == case.expected:
+        outcome = "correct"
+    else:
+        outcome = "wrong"
+    return outcome, min(times), times[0]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def rows(tallies: dict[str, Tally]) -> Iterator[str]:
+    yield "| kind | cases | correct | wrong | refused | p50 ms | p99 ms | max ms |"
+    yield "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for kind, t in tallies.items():
+        n = t.correct + t.wrong + t.refused
+        ms = [x * 1000 for x in t.times]
+        yield (
+            f"| {kind} | {n} | {t.correct} | {t.wrong} | {t.refused} | "
+            f"{statistics.median(ms):.2f} | {percentile(ms, 0.99):.2f} | {max(ms):.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--per-kind", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")
+    parser.add_argument("--show-wrong", action="store_true")
+    args = parser.parse_args()
+    SOURCES.extend(load_sources())
+    cases = build_corpus(args.seed, args.per_kind)
+    tallies: dict[str, Tally] = {}
+    wrongs = []
+    for case in cases:
+        outcome, best, first = run_case(case, args.repeat)
+        tally = tallies.setdefault(case.kind, Tally())
+        setattr(tally, outcome, getattr(tally, outcome) + 1)
+        tally.times.append(best)
+        tally.first_times.append(first)
+        if outcome == "wrong":
+            wrongs.append(case)
+    largest = max(s.text.count("\n") for s in SOURCES)
+    print(
+        f"{len(cases)} cases from {len(SOURCES)} kernel modules (up to {largest} lines), "
+        f"seed {args.seed}; time per edit = apply_modifications, best of {args.repeat} "
+        f"cold runs"
+    )
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, rapidfuzz {rapidfuzz.__version__}"
+    )
+    print()
+    for line in rows(tallies):
+        print(line)
+    apply_tallies = [tallies[k] for k in APPLY_KINDS if k in tallies]
+    total = sum(t.correct + t.wrong + t.refused for t in apply_tallies)
+    correct = sum(t.correct for t in apply_tallies)
+    everything = [x * 1000 for t in tallies.values() for x in t.times]
+    firsts = [x * 1000 for t in tallies.values() for x in t.first_times]
+    print()
+    print(f"wrong, all kinds: {sum(t.wrong for t in tallies.values())}")
+    print(f"correct on kinds that should apply: {correct}/{total} = {100 * correct / total:.1f}%")
+    refuse = [tallies[k] for k in REFUSE_KINDS if k in tallies]
+    print(
+        f"refused where they must: {sum(t.correct for t in refuse)}/"
+        f"{sum(t.correct + t.wrong + t.refused for t in refuse)}"
+    )
+    print(
+        f"all edits: p50 {statistics.median(everything):.2f} ms, "
+        f"p99 {percentile(everything, 0.99):.2f} ms, max {max(everything):.2f} ms "
+        f"(single cold run: p99 {percentile(firsts, 0.99):.2f} ms)"
+    )
+    if args.show_wrong:
+        for case in wrongs:
+            print("\n--- WRONG", case.kind, case.source, repr(case.modification))
+
+
+if __name__ == "__main__":
+    main()
