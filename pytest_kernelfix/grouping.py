@@ -17,6 +17,8 @@ from pathlib import Path, PurePosixPath
 from pytest_kernelfix.capture import Failure, PassedTest, is_within
 
 DEFAULT_TEST_PATTERNS = ("test_*.py", "*_test.py")
+#: Larger files are never edit targets (nor written with a candidate larger than this).
+MAX_EDITABLE_BYTES = 256 * 1024
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 _ENV_MARKERS = ("site-packages", "dist-packages")
 
@@ -67,13 +69,42 @@ def _in_environment(path: str, root: Path) -> bool:
     return False
 
 
+def is_plain_source(path: str, root: Path) -> bool:
+    """A regular UTF-8 text file of at most :data:`MAX_EDITABLE_BYTES`, really in ``root``.
+
+    Symlinks are not edit targets (a write would replace the link, or land outside the
+    rootdir), and neither are files reached through a directory link that leaves it.
+    """
+    if os.path.islink(path) or not is_within(os.path.realpath(path), Path(os.path.realpath(root))):
+        return False
+    try:
+        if os.path.getsize(path) > MAX_EDITABLE_BYTES:
+            return False
+        data = Path(path).read_bytes()
+        data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return b"\0" not in data
+
+
+def in_paths(relpath: str, paths: Sequence[str]) -> bool:
+    """No patterns: every file; else ``relpath`` matches one (``fnmatch``, ``*`` spans ``/``)."""
+    return not paths or any(
+        fnmatch.fnmatchcase(relpath, pattern.strip().removeprefix("./")) for pattern in paths
+    )
+
+
 def editable_files(
-    failure: Failure, root: Path, test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS
+    failure: Failure,
+    root: Path,
+    test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
+    paths: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """Project Python files in the traceback or holding a launched kernel, relative paths.
 
     Order: traceback files innermost first (closest to the fault), then launched
-    kernels' files.
+    kernels' files. Test files, conftests, symlinks, binary or oversized files are never
+    editable; with ``paths`` (ini ``kernelfix_paths``) only files matching one are.
     """
     candidates = [frame.path for frame in reversed(failure.error.frames)]
     candidates += [launch.file for launch in failure.launches]
@@ -86,7 +117,9 @@ def editable_files(
         if os.path.abspath(path) == os.path.abspath(failure.test_path):
             continue
         rel = relative(path, root)
-        if is_test_file(rel, test_patterns) or rel in seen:
+        if is_test_file(rel, test_patterns) or rel in seen or not in_paths(rel, paths):
+            continue
+        if not is_plain_source(path, root):
             continue
         seen.append(rel)
     return tuple(seen)
@@ -122,16 +155,17 @@ def group_failures(
     failures: Sequence[Failure],
     root: Path,
     test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
+    paths: Sequence[str] = (),
 ) -> list[BugGroup]:
     """Groups in order of first failure; failures without editable files form their own."""
     buckets: dict[tuple[tuple[str, ...], str], list[Failure]] = {}
     for failure in failures:
-        editable = editable_files(failure, root, test_patterns)
+        editable = editable_files(failure, root, test_patterns, paths)
         key = (tuple(sorted(editable)), failure.error.signature())
         buckets.setdefault(key, []).append(failure)
     groups = []
     for (_, signature), members in buckets.items():
-        editable = editable_files(members[0], root, test_patterns)
+        editable = editable_files(members[0], root, test_patterns, paths)
         kernel = _kernel_name(members[0], editable, root)
         gid = group_id(kernel, members[0].error.type, signature, editable)
         groups.append(BugGroup(gid, kernel, signature, editable, tuple(members)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
 from pytest_kernelfix.apply import apply_modifications, unified_diff
@@ -228,7 +228,7 @@ def heal(
         return HealResult(
             group_id=context.group_id,
             status=status,
-            reason=reason,
+            reason=redact(reason),
             rounds=tuple(records),
             original=dict(originals),
             final=dict(final) if final is not None else {},
@@ -242,30 +242,32 @@ def heal(
             round=number,
             files=_views(current),
             cumulative_diff=redact(cumulative_diff(originals, current)),
-            feedback=feedback,
+            feedback=redact(feedback),
             history=tuple(history),
         )
         try:
             proposal = fixer.propose(request)
-        except FixerError as error:
+        except Exception as error:  # a fixer or a hook that fails ends this bug, not the run
             source = getattr(fixer, "name", "")
-            records.append(RoundRecord(number, source, (), f"no answer: {error}"))
-            return finish(UNHEALED, f"round {number}: {error}")
+            why = str(error) if isinstance(error, FixerError) else (
+                f"the fixer failed: {type(error).__name__}: {error}")
+            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}")))
+            return finish(UNHEALED, f"round {number}: {why}")
         usage = usage + proposal.usage
         outcome, feedback, accepted = _play_round(proposal, current, tried, verify, guard)
         records.append(
             RoundRecord(
                 number,
                 proposal.source,
-                outcome.edits,
-                outcome.summary,
+                tuple(replace(e, error=redact(e.error)) for e in outcome.edits),
+                redact(outcome.summary),
                 proposal.usage,
                 redact(proposal.raw[:_RAW_KEEP]),
             )
         )
         if on_round is not None:
             on_round(records[-1])
-        history.append(Attempt(number, outcome.summary, outcome.diff))
+        history.append(Attempt(number, redact(outcome.summary), redact(outcome.diff)))
         if accepted is not None:
             current = dict(accepted)
         if outcome.ok:
@@ -291,8 +293,9 @@ def _play_round(
 ) -> tuple[_RoundOutcome, str, Mapping[str, str] | None]:
     """One round after the answer arrived: (outcome, feedback for next round, new base)."""
     if proposal.parse_error:
+        detail = proposal.parse_error.strip().splitlines()[0][:200]
         return (
-            _RoundOutcome(False, "answer could not be read"),
+            _RoundOutcome(False, f"answer could not be read: {detail}"),
             f"Your previous answer could not be read: {proposal.parse_error}",
             None,
         )
@@ -309,14 +312,8 @@ def _play_round(
             f"- {error}" for error in applied.errors
         )
     candidate = applied.files
-    if dict(candidate) == dict(current):
-        summary = "no edit applied" if applied.errors else "edits changed nothing"
-        return (
-            _RoundOutcome(False, summary, applied.edits),
-            unmatched or "Your edits changed nothing; the failure is unchanged.",
-            None,
-        )
     diff = cumulative_diff(current, candidate)
+    # Guarded before "changed nothing": an edit aimed at a test file is refused as such.
     if guard is not None:
         rejection = guard(current, candidate, proposal.modifications)
         if rejection:
@@ -325,6 +322,13 @@ def _play_round(
                 _join(f"The candidate was rejected: {rejection}", unmatched),
                 None,
             )
+    if dict(candidate) == dict(current):
+        summary = "no edit applied" if applied.errors else "edits changed nothing"
+        return (
+            _RoundOutcome(False, summary, applied.edits),
+            unmatched or "Your edits changed nothing; the failure is unchanged.",
+            None,
+        )
     key = _digest(candidate)
     if key in tried:
         return (

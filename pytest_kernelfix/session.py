@@ -125,7 +125,10 @@ class KernelfixSession:
         try:
             self.report = self._heal()
         except Exception as error:  # the session must never crash because of a heal
-            self.error = f"healing stopped by an internal error: {type(error).__name__}: {error}"
+            from pytest_kernelfix.redact import redact
+
+            self.error = redact(
+                f"healing stopped by an internal error: {type(error).__name__}: {error}")
 
     def _heal(self) -> Any:
         from pytest_kernelfix.guards import build_guard
@@ -159,7 +162,8 @@ class KernelfixSession:
             rerun=rerun,
             test_patterns=tuple(self.config.getini("python_files")),
         )
-        return run_healing(inputs, self._fixer(), guard=build_guard(), progress=self._progress)
+        guard = build_guard(test_patterns=inputs.test_patterns)
+        return run_healing(inputs, self._fixer(), guard=guard, progress=self._progress)
 
     def _fixer(self) -> Fixer:
         from pytest_kernelfix.fixers.base import FixerError

@@ -91,14 +91,30 @@ class Verifier:
         )
         return result
 
+    def _tampered(self) -> list[str]:
+        """Protected files whose sandbox bytes differ (or are gone), and written-through links."""
+        changed = []
+        for path, text in self.protected.items():
+            try:
+                same = self.sandbox.read(path) == text
+            except (OSError, UnicodeDecodeError):
+                same = False
+            if not same:
+                changed.append(path)
+        return changed + list(self.sandbox.touched_links())
+
     def __call__(self, candidate: Mapping[str, str]) -> Verdict:
         self._write(candidate)
-        tampered = [path for path, text in self.protected.items()
-                    if self.sandbox.read(path) != text]
+        tampered = self._tampered()
         if tampered:
             return Verdict(False, f"test files changed: {', '.join(tampered)}",
                            kind="tampered")
         result = self.runner(self._spec(self.nodeids + tuple(sorted(self.regression_baseline))))
+        tampered = self._tampered()  # the candidate's code ran: did it write test files?
+        if tampered:
+            return Verdict(False, f"the rerun changed test or data files: {', '.join(tampered)}",
+                           "Running the patched code changed files it must not touch: "
+                           + ", ".join(tampered), kind="tampered")
         return self.judge(result)
 
     def judge(self, result: RerunResult) -> Verdict:
@@ -148,10 +164,10 @@ class Verifier:
                 + "\n\n".join(shown),
                 kind="regression",
             )
-        bypassed = [
-            n for n in self.nodeids
-            if n in self.launched and (o := result.outcome(n)) is not None and
-            o.launch_count == 0
+        bypassed = [  # regression tests were chosen because they launched an editable kernel
+            n for n in self.nodeids + tuple(sorted(self.regression_baseline))
+            if (n in self.launched or n in self.regression_baseline)
+            and (o := result.outcome(n)) is not None and o.launch_count == 0
         ]
         if bypassed:
             return Verdict(

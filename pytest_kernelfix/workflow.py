@@ -119,7 +119,9 @@ def _heal_group(
     root = settings.rootdir
     if not group.editable:
         return _skipped(group, "no editable source: the failure is not in project code "
-                               "(it is in a test, a conftest or an installed package)")
+                               "(it is in a test, a conftest or an installed package), or its "
+                               "files are symlinks, binary, over 256 KiB or outside "
+                               "kernelfix_paths")
     try:
         originals = read_originals(root, group.editable)
     except (OSError, UnicodeDecodeError) as error:
@@ -186,7 +188,7 @@ def run_healing(
     started = time.monotonic()
     settings = inputs.settings
     root = settings.rootdir
-    groups = group_failures(inputs.failures, root, inputs.test_patterns)
+    groups = group_failures(inputs.failures, root, inputs.test_patterns, settings.paths)
     results: list[tuple[BugGroup, HealResult]] = []
     exclude = list(settings.sandbox_exclude)
     if settings.report_dir.is_relative_to(root):
