@@ -86,6 +86,12 @@ def apply_modifications(
     )
 
 
+def clear_caches() -> None:
+    """Forget every per-text table, so the next call pays full price (benchmarks)."""
+    text_view.cache_clear()
+    _triple_quotes.cache_clear()
+
+
 # --- the file's conventions --------------------------------------------------------------
 
 
@@ -190,7 +196,7 @@ class _State:
 
     def _plan(
         self, modification: Modification, old: str, new: str, label: str
-    ) -> tuple[str, list[list[_Edit]]]:
+    ) -> tuple[str, list[tuple[str, list[_Edit]]]]:
         """The match level and the candidate edit lists, best indentation guess first."""
         if not old.strip():
             raise _Failed(
@@ -209,6 +215,14 @@ class _State:
         if isinstance(matches, (NoMatch, Ambiguous)):
             raise _Failed(matches.message)
         self._check_conflicts(matches)
+        if not any(is_elision(line) for line in old.split("\n")):
+            kept = "\n".join(line for line in new.split("\n") if not _placeholder(line))
+            if kept != new:
+                self.warnings.append(
+                    f"{label}: placeholder comments such as '# ... existing code ...' in "
+                    "new_string were dropped; old_string elides nothing."
+                )
+                new = kept
         for match in matches:
             if match.level == "fuzzy":
                 first, last = line_span(self.text, match)
@@ -216,16 +230,13 @@ class _State:
                     f"{label} matched lines {first}-{last} only fuzzily "
                     f"(similarity {match.score:.2f}); check it changed the intended code."
                 )
-        guesses = [
-            [
-                edit
-                for match in matches
-                for edit in _edits(self.text, match, old, new, self.style, g)
-            ]
-            for g in (False, True)
-        ]
+        guesses: list[tuple[str, list[_Edit]]] = []
+        for guess, name in enumerate(_GUESSES):
+            edits = [e for m in matches for e in _edits(self.text, m, old, new, self.style, guess)]
+            if all(edits != seen for _, seen in guesses):
+                guesses.append((name, edits))
         level = max((m.level for m in matches), key=LEVELS.index)
-        return level, guesses if guesses[1] != guesses[0] else guesses[:1]
+        return level, guesses
 
     def _locate(
         self, modification: Modification, old: str
@@ -246,23 +257,26 @@ class _State:
                         f"changed by modification {owner}; merge the two into one modification."
                     )
 
-    def _commit(self, guesses: list[list[_Edit]], number: int, label: str) -> None:
+    def _commit(self, guesses: list[tuple[str, list[_Edit]]], number: int, label: str) -> None:
         problem = ""
-        for attempt, edits in enumerate(guesses):
+        for attempt, (name, edits) in enumerate(guesses):
             text, regions = _splice(self.text, edits)
             problem = self._syntax_problem(text, edits)
             if not problem:
                 if attempt:
                     self.warnings.append(
-                        f"{label}: the re-indented replacement did not parse, so its lines "
-                        "after the first were kept as written."
+                        f"{label}: the re-indented replacement did not parse; it was "
+                        f"applied with {name} instead."
                     )
                 self._shift_touched(edits)
                 self.touched += [(start, end, number) for start, end in regions]
                 self.text = text
                 return
-        tried = "re-indented to the matched lines and as written" if len(guesses) > 1 else "as is"
-        raise _Failed(f"the result would not parse as Python ({problem}); tried {tried}.")
+        tried = "; ".join(name for name, _ in guesses) if len(guesses) > 1 else "as is"
+        raise _Failed(
+            f"the result would not parse as Python ({problem}); indentations tried: {tried}. "
+            "Check the indentation and brackets of new_string."
+        )
 
     def _syntax_problem(self, text: str, edits: list[_Edit]) -> str:
         """Why ``text`` no longer parses, or '' (also when the text before did not parse).
@@ -310,6 +324,15 @@ def _confident(found: tuple[Match, ...] | NoMatch | Ambiguous) -> bool:
     return isinstance(found, tuple) and all(match.level != "fuzzy" for match in found)
 
 
+# Indentation guesses for a replacement, in order; the later ones are tried only for
+# Python files whose result did not parse.
+_GUESSES = (
+    "new_string moved by as much as old_string was off",
+    "only its first line moved and the rest as written",
+    "new_string exactly as written",
+)
+
+
 def _preview(old: str) -> str:
     line = next((line.strip() for line in old.split("\n") if line.strip()), "")
     return repr(line if len(line) <= 60 else line[:57] + "...")
@@ -346,17 +369,15 @@ def _splice(text: str, edits: list[_Edit]) -> tuple[str, list[tuple[int, int]]]:
 # --- building replacements ---------------------------------------------------------------
 
 
-def _edits(
-    text: str, match: Match, old: str, new: str, style: Style, as_written: bool
-) -> list[_Edit]:
+def _edits(text: str, match: Match, old: str, new: str, style: Style, guess: int) -> list[_Edit]:
     """The edits that replace one match; an elided match keeps what it elided."""
     if not match.parts:
-        return [_edit(text, match, old, new, style, as_written)]
+        return [_edit(text, match, old, new, style, guess)]
     old_parts = Query.of(old).elided
     new_parts = _elided_pieces(new)
     if len(new_parts) == len(old_parts):
         return [
-            _edit(text, part, "\n".join(o), "\n".join(n), style, as_written)
+            _edit(text, part, "\n".join(o), "\n".join(n), style, guess)
             for part, o, n in zip(match.parts, old_parts, new_parts, strict=True)
         ]
     if len(new_parts) > 1:
@@ -367,7 +388,12 @@ def _edits(
     head = match.parts[0]
     reference = (_span_lines(text, head), Query.of("\n".join(old_parts[0])).lines)
     whole = Match(match.start, match.end, head.level, match.score)
-    return [_edit(text, whole, old, new, style, as_written, reference)]
+    return [_edit(text, whole, old, new, style, guess, reference)]
+
+
+def _placeholder(line: str) -> bool:
+    """An elision comment: never real code, unlike a bare ``...`` (Python's Ellipsis)."""
+    return is_elision(line) and line.lstrip().startswith(("#", "//"))
 
 
 def _elided_pieces(new: str) -> list[list[str]]:
@@ -392,7 +418,7 @@ def _edit(
     old: str,
     new: str,
     style: Style,
-    as_written: bool,
+    guess: int,
     reference: tuple[Sequence[str], Sequence[str]] | None = None,
 ) -> _Edit:
     view = text_view(text)
@@ -409,7 +435,7 @@ def _edit(
         return _deletion(text, first, last)
     file_lines, ref_old = reference or (view.raw[first : last + 1], old_lines)
     first_shift, rest_shift = _shifts(file_lines, ref_old, style)
-    body = _reindent(new_lines, first_shift, 0 if as_written else rest_shift, style, as_written)
+    body = _reindent(new_lines, first_shift, rest_shift, style, guess)
     return _Edit(view.starts[first], view.end(last), style.newline.join(body))
 
 
@@ -478,14 +504,15 @@ def _shifts(file_lines: Sequence[str], old_lines: Sequence[str], style: Style) -
 
 
 def _reindent(
-    lines: Sequence[str], first_shift: int, rest_shift: int, style: Style, as_written: bool
+    lines: Sequence[str], first_shift: int, rest_shift: int, style: Style, guess: int
 ) -> list[str]:
+    """Lines of new_string at the file's indentation, per guess (see ``_GUESSES``)."""
     out = []
     lead = next((i for i, line in enumerate(lines) if line.strip()), 0)
     for index, line in enumerate(lines):
         if not line.strip():
             out.append("")
-        elif as_written and index > lead:
+        elif guess == 2 or (guess == 1 and index > lead):
             out.append(line)
         else:
             out.append(_restyle(line, first_shift if index == lead else rest_shift, style))

@@ -120,8 +120,9 @@ class Ambiguous:
                 for span, score in zip(self.lines, self.scores, strict=False)
             )
             head = (
-                f"{self.what} is too close to two places at the fuzzy level: {places} "
-                f"differ by less than the {GAP:.2f} confidence gap (levels tried: {tried})."
+                f"{self.what} is too close to two places at the fuzzy level: {places}; "
+                f"a fuzzy match must beat every other place by the {GAP:.2f} confidence gap "
+                f"(levels tried: {tried})."
             )
         else:
             places = ", ".join(_line_range(*span) for span in self.lines)
@@ -148,12 +149,17 @@ def find_match(content: str, search: str, *, anchor: str = "") -> Match | NoMatc
     if not isinstance(first_line, int):
         return first_line
     view, query = text_view(content), Query.of(search)
+    found: Match | Failure
     if query.elided:
-        whole = _locate(view, query, first_line, pick_first=bool(anchor), fuzzy=False)
-        if isinstance(whole, (Match, Ambiguous)):
-            return whole
-        return _locate_elided(view, query, first_line, pick_first=bool(anchor))
-    return _locate(view, query, first_line, pick_first=bool(anchor))
+        found = _locate(view, query, first_line, pick_first=bool(anchor), fuzzy=False)
+        if isinstance(found, NoMatch):
+            found = _locate_elided(view, query, first_line, pick_first=bool(anchor))
+    else:
+        found = _locate(view, query, first_line, pick_first=bool(anchor))
+    if anchor and isinstance(found, NoMatch) and not found.reason:
+        where = f"Only the text from the anchor's line {first_line + 1} on was searched."
+        return NoMatch(found.levels_tried, found.nearest, reason=where)
+    return found
 
 
 def find_all(content: str, search: str, *, anchor: str = "") -> tuple[Match, ...] | Failure:
@@ -493,7 +499,8 @@ def _locate_elided(
                 f"found once, in order; piece {index + 1} was not."
             )
             if isinstance(found, Ambiguous):
-                return found
+                what = f"piece {index + 1} of old_string (split at its '...' lines)"
+                return Ambiguous(found.level, found.lines, found.scores, what=what)
             return NoMatch(found.levels_tried, found.nearest, reason=reason)
         parts.append(found)
         first_line = view.line_of(max(found.start, found.end - 1)) + 1
@@ -531,6 +538,11 @@ class _FuzzyResult:
 
 
 def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Failure:
+    """The best window from ``first_line`` on, if it clears the threshold and the gap.
+
+    Rivals are looked for in the WHOLE file: a search that matches better before an
+    anchor is evidence that the window after it is not what the model meant.
+    """
     if not query.nonblank:
         return NoMatch(LEVELS)
     result = _fuzzy(view, query, first_line)
@@ -539,6 +551,11 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
         return NoMatch(LEVELS)
     if best.score < THRESHOLD * 100 - _EPS:
         return NoMatch(LEVELS, _fragment(view, best))
+    if first_line:
+        everywhere = _fuzzy(view, query, 0)
+        others = [w for w in (rival, everywhere.best, everywhere.rival) if w is not None]
+        others = [w for w in others if not w.overlaps(best)]
+        rival = max(others, key=lambda w: w.score, default=None)
     if rival is not None and best.score - rival.score < GAP * 100 - _EPS:
         return Ambiguous(
             "fuzzy",

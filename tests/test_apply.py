@@ -80,7 +80,16 @@ def test_python_second_guess_keeps_lines_after_the_first_as_written() -> None:
     result = apply(content, Modification(old, new))
     assert result.success, result.errors
     assert result.code == "def f(x):\n    if x:\n        y = 2\n    z = 3\n    return y\n"
-    assert any("kept as written" in w for w in result.warnings)
+    assert any("only its first line moved" in w for w in result.warnings)
+
+
+def test_python_third_guess_takes_new_string_exactly_as_written() -> None:
+    content = "def f(x):\n    y = x\n    return y\n"
+    # old copied without indentation, new written at the file's real indentation
+    result = apply(content, Modification("y = x", "    y = x * 2"))
+    assert result.success, result.errors
+    assert result.code == "def f(x):\n    y = x * 2\n    return y\n"
+    assert any("exactly as written" in w for w in result.warnings)
 
 
 def test_edit_that_breaks_python_fails_with_a_clear_message() -> None:
@@ -329,6 +338,14 @@ def test_elision_with_a_different_number_of_pieces_is_refused() -> None:
     new = "def softmax_kernel():\n    # ...\n    row = 1\n    # ...\n    tl.store(out_ptr)\n"
     result = apply(KERNEL, Modification(ELIDED_OLD, new))
     assert result.levels == ("none",) and "pieces" in result.errors[0]
+
+
+def test_placeholder_comments_in_new_string_alone_are_dropped() -> None:
+    old = "    row = tl.program_id(0)\n"
+    new = "    row = tl.program_id(0).to(tl.int64)\n    # ... existing code ...\n"
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace("tl.program_id(0)", "tl.program_id(0).to(tl.int64)")
+    assert any("placeholder" in w for w in result.warnings)
 
 
 # --- inputs, outputs -------------------------------------------------------------------

@@ -203,6 +203,7 @@ def test_fuzzy_gap_below_010_between_separate_places_is_ambiguous() -> None:
     assert found.lines == ((1, 1), (3, 3))
     assert found.scores[0] == pytest.approx(0.9)
     assert "0.10 confidence gap" in found.message
+    assert "line 1 (similarity 0.90)" in found.message
 
 
 def test_fuzzy_best_window_need_not_be_first() -> None:
@@ -308,6 +309,14 @@ def test_anchor_that_is_missing_or_ambiguous_is_reported_as_such() -> None:
     assert isinstance(missing, NoMatch) and "anchor" in missing.message
     twice = find_match(KERNEL, "mask = offs < n", anchor="@triton.jit")
     assert isinstance(twice, Ambiguous) and twice.message.startswith("anchor matches 2 places")
+    # Not after the anchor: the x line there is similar, but the real line before the
+    # anchor is the better match, so nothing is edited.
+    before_it = find_match(
+        KERNEL, "y = tl.load(y_ptr + offs, mask=mask)", anchor="def scale_kernel("
+    )
+    assert isinstance(before_it, Ambiguous) and before_it.lines == ((20, 20), (11, 11))
+    nowhere = find_match(KERNEL, "acc += tl.dot(a, b)", anchor="def scale_kernel(")
+    assert isinstance(nowhere, NoMatch) and "anchor's line 16" in nowhere.message
 
 
 def test_find_all_returns_every_occurrence_in_order() -> None:
@@ -351,6 +360,7 @@ def test_elision_part_after_must_be_unique_after_the_part_before() -> None:
         "def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):\n...\nmask = offs < n",
     )
     assert isinstance(twice, Ambiguous) and twice.lines == ((9, 9), (19, 19))
+    assert twice.message.startswith("piece 2 of old_string")
     once = matched(
         KERNEL,
         "def scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):\n...\nmask = offs < n",
