@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kernelfix.launches import KernelLaunch, python_function
+from pytest_kernelfix.launches import KernelLaunch, constexpr_value, python_function
 from pytest_kernelfix.shim.devices import known_capabilities, shared_limit
 
 DEFAULT_TARGET = "cuda:90"
@@ -183,7 +183,9 @@ def _compile(
     from triton.compiler import ASTSource
 
     signature = dict(launch.signature)
-    constexprs: dict[str, Any] = dict(launch.constexprs)
+    constexprs: dict[str, Any] = {
+        name: constexpr_value(value) for name, value in launch.constexprs
+    }
     for name, kind in signature.items():
         if kind == "constexpr":
             constexprs.setdefault(name, None)  # a None argument is specialised as constexpr

@@ -104,13 +104,28 @@ def _is_constexpr_annotation(annotation: Any) -> bool:
     return getattr(annotation, "__name__", "") == "constexpr"
 
 
+#: Prefix of a recorded ``tl.dtype`` constexpr (``dtype:fp32``); see :func:`constexpr_value`.
+DTYPE_PREFIX = "dtype:"
+
+
 def _json_scalar(value: Any) -> tuple[JSONScalar, bool]:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value, True
+    if type(value).__name__ == "dtype" and isinstance(getattr(value, "name", None), str):
+        return DTYPE_PREFIX + value.name, True  # tl.float32 -> "dtype:fp32"
     inner = getattr(value, "value", value)  # tl.constexpr(3)
     if inner is not value and (inner is None or isinstance(inner, (bool, int, float, str))):
         return inner, True
     return repr(value), False
+
+
+def constexpr_value(value: JSONScalar) -> Any:
+    """A recorded constexpr back as the kernel received it (``dtype:fp32`` -> tl.float32)."""
+    if isinstance(value, str) and value.startswith(DTYPE_PREFIX):
+        import triton.language as tl
+
+        return tl.dtype(value[len(DTYPE_PREFIX):])
+    return value
 
 
 def _arg_type(value: Any) -> str:

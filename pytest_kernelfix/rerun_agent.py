@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from pytest_kernelfix.failure import ErrorInfo, describe_exception
-from pytest_kernelfix.launches import LaunchRecorder
+from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.rerun import PLAN_ENV, TestOutcome
 
 #: Loaders rebuilt on the twin path as they are; other loaders are chosen by suffix.
@@ -255,6 +255,7 @@ class RerunAgent:
         options = plan.get("options", {})
         self.options: Mapping[str, Any] = options if isinstance(options, dict) else {}
         self.recorder = LaunchRecorder()
+        self.kernels: dict[KernelLaunch, object] = {}  # every launch of the run, for the gate
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._errors: dict[tuple[str, str], ErrorInfo] = {}
         self._fd = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -323,7 +324,33 @@ class RerunAgent:
             duration=sum(r.duration for r in reports),
         )
         self._errors = {key: value for key, value in self._errors.items() if key[0] != nodeid}
+        self.kernels.update(self.recorder.kernels)
         self.emit("test", **result.to_json())
+
+    def pytest_sessionfinish(self) -> None:
+        target = self.options.get("gate_target")
+        if target:
+            self.set_extra("gate", self._gate(str(target)))
+
+    def _gate(self, target: str) -> list[dict[str, Any]]:
+        """Compile every project kernel the rerun launched for a real GPU target."""
+        from pytest_kernelfix.gate import GateResult, compile_launch, parse_target
+
+        root = str(self.config.rootpath) + os.sep
+        cache_dir = self.options.get("cache_dir")
+        results = []
+        for launch, kernel in self.kernels.items():
+            if not launch.file.startswith(root):
+                continue  # installed packages' kernels are not the project's to fix
+            try:
+                result = compile_launch(kernel, launch, parse_target(target),
+                                        cache_dir=str(cache_dir) if cache_dir else None)
+            except Exception as exc:  # the gate must never cost the rerun its outcomes
+                note = f"gate skipped {launch.name}: {type(exc).__name__}: {exc}"
+                result = GateResult(launch.name, launch.file, launch.line, True, note, 0, 0.0,
+                                    False)
+            results.append(result.to_json())
+        return results
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pytest_kernelfix.context import truncate_log
+from pytest_kernelfix.gate import GateResult
 from pytest_kernelfix.heal import Verdict
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun import RerunResult, RerunSpec, TestOutcome, run_tests
@@ -40,6 +41,16 @@ def describe_outcome(outcome: TestOutcome) -> str:
     if outcome.longrepr:
         lines.append(truncate_log(outcome.longrepr, head=20, tail=60, max_chars=6000))
     return redact("\n".join(lines))
+
+
+def gate_results(result: RerunResult) -> list[GateResult]:
+    """The compile gate's verdicts on every project kernel the rerun launched."""
+    items = result.extra.get("gate")
+    return [GateResult.from_json(item) for item in items] if isinstance(items, list) else []
+
+
+def gate_rejections(result: RerunResult) -> list[GateResult]:
+    return [gate for gate in gate_results(result) if not gate.ok]
 
 
 class Verifier:
@@ -177,6 +188,18 @@ class Verifier:
                 "with a torch or Python fallback, or returning early, is not a fix. Fix the "
                 "kernel itself.",
                 kind="bypass",
+            )
+        rejected = gate_rejections(result)
+        if rejected:
+            target = self.template.plan.get("gate_target", "the GPU target")
+            return Verdict(
+                False,
+                f"passes on the interpreter but does not compile for {target}: "
+                f"{_first_line(rejected[0].error)}",
+                "The tests pass on the Triton interpreter, but compiling the kernel for a real "
+                f"GPU ({target}) failed; the interpreter cannot see this:\n\n"
+                + "\n\n".join(gate.error for gate in rejected[:3]),
+                kind="gate",
             )
         return Verdict(True, f"{len(self.nodeids)} failing test(s) pass"
                        + (f", {len(self.regression_baseline)} regression test(s) still pass"

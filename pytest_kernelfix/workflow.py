@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
@@ -36,7 +36,7 @@ from pytest_kernelfix.report import (
 )
 from pytest_kernelfix.rerun import RerunResult, RerunSpec
 from pytest_kernelfix.sandbox import Sandbox
-from pytest_kernelfix.verify import Verifier
+from pytest_kernelfix.verify import Verifier, gate_results
 from pytest_kernelfix.writeback import StaleFileError, write_back
 
 Progress = Callable[[str], None]
@@ -107,6 +107,40 @@ def _did_not_reproduce(baseline: RerunResult, nodeids: Sequence[str]) -> str:
     return ""
 
 
+def raised_in_kernel(failure: Failure) -> str:
+    """The launched kernel whose code raised the error under the interpreter, or ""."""
+    launched = {(launch.name, os.path.abspath(launch.file)) for launch in failure.launches}
+    for frame in reversed(failure.error.frames):
+        if (frame.name, os.path.abspath(frame.path)) in launched:
+            return frame.name
+    return ""
+
+
+def interpreter_limitation(group: BugGroup, baseline: RerunResult, target: str) -> str:
+    """Why the failure is the interpreter's, not the kernel's: "" when it is the kernel's.
+
+    Errors raised while the interpreter runs a kernel are the ones the compiler checks
+    too; when the gate compiles the very same launch for a GPU, the interpreter is wrong.
+    """
+    kernel = raised_in_kernel(group.first)
+    if not kernel:
+        return ""
+    verdicts = [gate for gate in gate_results(baseline) if gate.kernel == kernel]
+    if not verdicts or not all(gate.ok and not gate.error for gate in verdicts):
+        return ""  # not compiled (skipped, or not launched in the rerun) or really broken
+    return (f"interpreter limitation: the Triton interpreter raises "
+            f"{group.first.error.headline!r} in {kernel}, but the same launch compiles for "
+            f"{target}; nothing to heal (run the test on a GPU to confirm)")
+
+
+def _passes_with_cuda_shim(verifier: Verifier, group: BugGroup) -> bool:
+    """With ``kernelfix_cuda_shim`` off: does the failure vanish once it is on?"""
+    plan = {**verifier.template.plan, "cuda_shim": True}
+    spec = replace(verifier.template, sandbox_root=verifier.sandbox.root,
+                   original_root=verifier.sandbox.source, nodeids=group.nodeids, plan=plan)
+    return verifier.runner(spec).passed(group.nodeids)
+
+
 def _heal_group(
     group: BugGroup,
     inputs: SessionInputs,
@@ -141,6 +175,12 @@ def _heal_group(
     try:
         baseline = verifier.baseline(originals)
         why_not = _did_not_reproduce(baseline, group.nodeids)
+        if not why_not and inputs.device == "interpret":
+            why_not = interpreter_limitation(group, baseline, settings.target)
+            if not why_not and not settings.cuda_shim and _passes_with_cuda_shim(verifier, group):
+                why_not = ("interpreter limitation: the tests pass once device='cuda' tensors "
+                           "and torch.cuda queries are mapped to the CPU (kernelfix_cuda_shim "
+                           "is off); nothing to heal")
         if why_not:
             return _skipped(group, why_not)
 

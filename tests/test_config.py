@@ -29,7 +29,8 @@ def settings_of(pytester: pytest.Pytester, *args: str) -> dict[str, object]:
 
     pytester.makeconftest(SHOW)
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
-    pytester.runpytest(*args)
+    # a subprocess: device set-up changes the process environment (TRITON_INTERPRET)
+    pytester.runpytest_subprocess(*args)
     return json.loads((pytester.path / "settings.json").read_text())  # type: ignore[no-any-return]
 
 
@@ -93,8 +94,7 @@ def test_environment_model_sits_between_cli_and_ini(
 
 
 def test_apply_implies_heal(pytester: pytest.Pytester) -> None:
-    settings = settings_of(pytester, "--kernelfix-apply", "-p", "no:cacheprovider",
-                           "--kernelfix-device=cuda")
+    settings = settings_of(pytester, "--kernelfix-apply", "-p", "no:cacheprovider")
     assert settings["heal"] is True and settings["apply"] is True
 
 
