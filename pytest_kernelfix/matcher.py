@@ -37,6 +37,7 @@ GAP = 0.1
 _PREFILTER = 0.5
 _TOP_WINDOWS = 6
 _MAX_ROWS = 12
+_EDGE_FIT = 50.0  # an edge line this unlike the search's edge lines matches nothing
 _MAX_WINDOWS = 400
 _EPS = 1e-9
 
@@ -549,6 +550,7 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
     best, rival = result.best, result.rival
     if best is None:
         return NoMatch(LEVELS)
+    best = _without_stray_edge(view, query, best)
     if best.score < THRESHOLD * 100 - _EPS:
         return NoMatch(LEVELS, _fragment(view, best))
     if first_line:
@@ -564,6 +566,41 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
         )
     first, last = _window_line_range(view, best)
     return Match(view.starts[first], view.end(last), "fuzzy", best.score / 100)
+
+
+def _without_stray_edge(view: TextView, query: Query, window: _Window) -> _Window:
+    """A window one line longer than the search, minus its unmatched line if at an edge.
+
+    Aligning the search lines to the window's lines with one window line left out shows
+    which line the search does not mention (an edge line unlike both edge lines of the
+    search is left out too); at an edge it merely scored a little by chance, and
+    replacing it would delete code the model never quoted.
+    """
+    wanted = query.nonblank
+    n = len(wanted)
+    if window.size != n + 1:
+        return window
+    lines = view.nonblank_text[window.start : window.start + n + 1]
+    ratios = process.cdist(wanted, lines, scorer=fuzz.ratio, dtype=np.float64)
+    q_len = np.fromiter(map(len, wanted), dtype=np.float64, count=n)
+    w_len = np.fromiter(map(len, lines), dtype=np.float64, count=n + 1)
+    lcs2 = ratios * (q_len[:, None] + w_len[None, :])
+    rows = np.arange(n)
+    same = np.concatenate([[0.0], np.cumsum(lcs2[rows, rows])])
+    later = np.concatenate([[0.0], np.cumsum(lcs2[rows, rows + 1])])
+    # Leaving out window line p pairs search lines before p with 0..p-1, the rest shifted.
+    fits = same + (later[n] - later)
+    skipped = int(np.argmax(fits))
+    if fits[0] >= fits[skipped] or ratios[:2, 0].max() < _EDGE_FIT:
+        skipped = 0
+    elif fits[n] >= fits[skipped] or ratios[-2:, n].max() < _EDGE_FIT:
+        skipped = n
+    if 0 < skipped < n:
+        return window
+    start = window.start + (1 if skipped == 0 else 0)
+    text, offsets = view.joined
+    body = text[offsets[start] : offsets[start + n] - 1]
+    return _Window(start, n, fuzz.ratio("\n".join(wanted), body))
 
 
 def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:
