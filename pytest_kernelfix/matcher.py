@@ -38,6 +38,7 @@ _PREFILTER = 0.5
 _TOP_WINDOWS = 6
 _MAX_ROWS = 12
 _EDGE_FIT = 50.0  # an edge line this unlike the search's edge lines matches nothing
+_EDGE_MARGIN = 3.0  # ...unless leaving it out costs more similarity than this
 _MAX_WINDOWS = 400
 _EPS = 1e-9
 
@@ -600,7 +601,9 @@ def _without_stray_edge(view: TextView, query: Query, window: _Window) -> _Windo
     start = window.start + (1 if skipped == 0 else 0)
     text, offsets = view.joined
     body = text[offsets[start] : offsets[start + n] - 1]
-    return _Window(start, n, fuzz.ratio("\n".join(wanted), body))
+    trimmed = _Window(start, n, fuzz.ratio("\n".join(wanted), body))
+    # Much worse without the line: the search does quote it (say, two lines it joined).
+    return trimmed if trimmed.score >= window.score - _EDGE_MARGIN else window
 
 
 def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:

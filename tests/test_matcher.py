@@ -239,6 +239,27 @@ def test_fuzzy_window_may_have_one_line_more_or_less() -> None:
     assert lines_of(content, found) == (1, 5)
 
 
+def test_an_unquoted_extra_edge_line_is_left_out_of_a_fuzzy_window() -> None:
+    content = (
+        "num = grid_size(n_rows)\nkernel[(num,)](\n    X.stride(0),\n    num_warps=4,\n"
+        "    n_cols,\n    RSTD.stride(0),\n    X,\n    Y.stride(0),\n)\n"
+    )
+    # Two lines swapped: a window that also takes line 7 ("X,") scores a little higher
+    # by chance, but the search never quotes that line.
+    search = (
+        "num = grid_size(n_rows)\nkernel[(num,)](\n    X.stride(0),\n    num_warps=4,\n"
+        "    RSTD.stride(0),\n    n_cols,"
+    )
+    found = matched(content, search)
+    assert found.level == "fuzzy" and lines_of(content, found) == (1, 6)
+
+
+def test_lines_the_search_joined_stay_in_the_window() -> None:
+    content = "y = 0\nx = foo(\n    alpha, beta)\nz = 1\n"
+    found = matched(content, "x = foo(alpha, beta)")
+    assert found.level == "fuzzy" and lines_of(content, found) == (2, 3)
+
+
 def test_hallucinated_text_is_not_found() -> None:
     found = find_match(KERNEL, "acc = tl.dot(a_tile, b_tile, acc)\nacc = acc.to(tl.float16)")
     assert isinstance(found, NoMatch)
