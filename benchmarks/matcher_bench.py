@@ -528,6 +528,7 @@ def main() -> None:
     cases = build_corpus(args.seed, args.per_kind)
     tallies: dict[str, Tally] = {}
     wrongs = []
+    largest_times: list[float] = []
     # Whole passes over the corpus, so a burst of load on this shared machine spoils a
     # case in one pass, not in all of them; a case's time is its best pass.
     passes = [[run_case(case) for case in cases] for _ in range(args.repeat)]
@@ -536,6 +537,8 @@ def main() -> None:
         tally = tallies.setdefault(case.kind, Tally())
         setattr(tally, outcome, getattr(tally, outcome) + 1)
         tally.times.append(min(run[index][1] for run in passes))
+        if case.source == SOURCES[-1].name:
+            largest_times.append(tally.times[-1] * 1000)
         tally.first_times.append(first)
         if outcome == "wrong":
             wrongs.append(case)
@@ -569,6 +572,11 @@ def main() -> None:
         f"all edits: p50 {statistics.median(everything):.2f} ms, "
         f"p99 {percentile(everything, 0.99):.2f} ms, max {max(everything):.2f} ms "
         f"(first pass alone: p99 {percentile(firsts, 0.99):.2f} ms)"
+    )
+    print(
+        f"{SOURCES[-1].name}, its {len(largest_times)} cases: "
+        f"p50 {statistics.median(largest_times):.2f} ms, "
+        f"p99 {percentile(largest_times, 0.99):.2f} ms, max {max(largest_times):.2f} ms"
     )
     if args.show_wrong:
         for case in wrongs:
