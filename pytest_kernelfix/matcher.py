@@ -40,6 +40,7 @@ _MAX_ROWS = 12
 _EDGE_FIT = 50.0  # an edge line this unlike the search's edge lines matches nothing
 _EDGE_MARGIN = 3.0  # ...unless leaving it out costs more similarity than this
 _MAX_WINDOWS = 400
+_LISTED = 12  # places named in an ambiguity message
 _EPS = 1e-9
 
 _ELISION = re.compile(
@@ -127,7 +128,9 @@ class Ambiguous:
                 f"(levels tried: {tried})."
             )
         else:
-            places = ", ".join(_line_range(*span) for span in self.lines)
+            places = ", ".join(_line_range(*span) for span in self.lines[:_LISTED])
+            if len(self.lines) > _LISTED:
+                places += f" and {len(self.lines) - _LISTED} more"
             head = (
                 f"{self.what} matches {len(self.lines)} places at the {self.level} level "
                 f"({places}; levels tried: {tried})."
@@ -167,8 +170,10 @@ def find_match(content: str, search: str, *, anchor: str = "") -> Match | NoMatc
 def find_all(content: str, search: str, *, anchor: str = "") -> tuple[Match, ...] | Failure:
     """Every non-overlapping occurrence, for ``replace_all``.
 
-    Occurrences come from the first level that finds any; the fuzzy level never
-    multiplies, it yields at most its one confident match.
+    Occurrences come from the first level that finds any. Exact ones are whole-line
+    placements plus, like ``str.replace``, placements inside lines that cut no
+    identifier (not for a search that starts with indentation: that one means lines).
+    The fuzzy level never multiplies: it yields at most its one confident match.
     """
     query = Query.of(search)
     first_line = _anchor_line(content, anchor)
@@ -176,8 +181,14 @@ def find_all(content: str, search: str, *, anchor: str = "") -> tuple[Match, ...
         found = find_match(content, search, anchor=anchor)
         return (found,) if isinstance(found, Match) else found
     view = text_view(content)
-    for phase in _PHASES:
-        spans = _spans(view, query, phase, view.starts[first_line])
+    floor = view.starts[first_line]
+    aligned, inline = _exact_spans(view, query.text, floor)
+    if inline and not query.text[:1].isspace():
+        aligned += [span for span in inline if not _cuts_token(view.text, span)]
+    if aligned:
+        return tuple(Match(a, b, "exact") for a, b in _non_overlapping(sorted(aligned)))
+    for phase in ("trimmed", "whitespace"):
+        spans = _spans(view, query, phase, floor)
         if spans:
             level = _LEVEL_OF[phase]
             return tuple(Match(start, end, level) for start, end in _non_overlapping(spans))
@@ -535,8 +546,15 @@ class _Window:
 
 @dataclass(frozen=True)
 class _FuzzyResult:
+    """The best window and every window scored on its full text."""
+
     best: _Window | None
-    rival: _Window | None
+    scored: tuple[_Window, ...] = ()
+
+    def rival(self, best: _Window) -> _Window | None:
+        """The best scored window that does not overlap ``best``."""
+        others = [w for w in self.scored if not w.overlaps(best)]
+        return max(others, key=lambda w: w.score, default=None)
 
 
 def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Failure:
@@ -548,17 +566,15 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
     if not query.nonblank:
         return NoMatch(LEVELS)
     result = _fuzzy(view, query, first_line)
-    best, rival = result.best, result.rival
-    if best is None:
+    if result.best is None:
         return NoMatch(LEVELS)
-    best = _without_stray_edge(view, query, best)
+    best = _without_stray_edge(view, query, result.best)
     if best.score < THRESHOLD * 100 - _EPS:
         return NoMatch(LEVELS, _fragment(view, best))
+    rivals = [result.rival(best)]
     if first_line:
-        everywhere = _fuzzy(view, query, 0)
-        others = [w for w in (rival, everywhere.best, everywhere.rival) if w is not None]
-        others = [w for w in others if not w.overlaps(best)]
-        rival = max(others, key=lambda w: w.score, default=None)
+        rivals.append(_fuzzy(view, query, 0).rival(best))
+    rival = max((w for w in rivals if w is not None), key=lambda w: w.score, default=None)
     if rival is not None and best.score - rival.score < GAP * 100 - _EPS:
         return Ambiguous(
             "fuzzy",
@@ -614,17 +630,14 @@ def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:
     n, total = len(wanted), len(lines)
     sizes = [k for k in (n, n - 1, n + 1) if 1 <= k <= total]
     if not sizes:
-        return _FuzzyResult(None, None)
+        return _FuzzyResult(None)
     estimates = _estimates(wanted, lines, view.nonblank_lengths[offset:], sizes)
     chosen = _promising(estimates, set())
     scored = _score(view, offset, query, chosen)
     first_best = max(scored, key=lambda w: _rank(w, n))
     far = _promising(estimates, {(first_best.start - offset, first_best.size)})
     scored += _score(view, offset, query, far - chosen)
-    best = max(scored, key=lambda w: _rank(w, n))
-    rivals = [w for w in scored if not w.overlaps(best)]
-    rival = max(rivals, key=lambda w: _rank(w, n)) if rivals else None
-    return _FuzzyResult(best, rival)
+    return _FuzzyResult(max(scored, key=lambda w: _rank(w, n)), tuple(scored))
 
 
 def _rank(window: _Window, size: int) -> tuple[float, int, int]:

@@ -287,6 +287,18 @@ def test_replace_all_of_dedented_lines_reindents_each_occurrence() -> None:
     assert applied(content, mod) == content.replace("b = a\n", "b = a + 1\n")
 
 
+def test_replace_all_of_a_fragment_renames_like_str_replace_but_whole_tokens_only() -> None:
+    content = "a = x_ptr + 1\nb = tl.load(x_ptr)\nc = f(\n    x_ptr\n)\nmax_x_ptr = 0\n"
+    code = applied(content, Modification("x_ptr", "x_base", replace_all=True))
+    assert code == "a = x_base + 1\nb = tl.load(x_base)\nc = f(\n    x_base\n)\nmax_x_ptr = 0\n"
+
+
+def test_replace_all_of_indented_lines_leaves_longer_lines_alone() -> None:
+    content = "def f():\n    x = g(y)\n    x = g(y) + 1\n    x = g(y)\n"
+    code = applied(content, Modification("    x = g(y)\n", "    x = h(y)\n", replace_all=True))
+    assert code == "def f():\n    x = h(y)\n    x = g(y) + 1\n    x = h(y)\n"
+
+
 def test_anchor_picks_the_occurrence_after_it() -> None:
     content = "def f(a):\n    return a * 2\n\n\ndef g(a):\n    return a * 2\n"
     code = applied(content, Modification("return a * 2", "return a * 4", anchor="def g(a):"))

@@ -72,6 +72,12 @@ def test_exact_twice_is_ambiguous_and_says_how_to_disambiguate() -> None:
     assert "replace_all" in message and "anchor" in message and "surrounding lines" in message
 
 
+def test_a_very_ambiguous_search_names_a_dozen_places_and_counts_the_rest() -> None:
+    found = find_match("x = 1\n" * 40, "x = 1")
+    assert isinstance(found, Ambiguous) and len(found.lines) == 40
+    assert "matches 40 places" in found.message and "line 12 and 28 more" in found.message
+
+
 def test_exact_prefers_placements_that_do_not_cut_an_identifier() -> None:
     content = "max_x = 1\nx = 1\n"
     found = matched(content, "x = 1")
