@@ -28,6 +28,7 @@ from pytest_kernelfix.matcher import (
     find_all,
     find_match,
     is_elision,
+    line_range,
     line_span,
     text_view,
 )
@@ -184,20 +185,25 @@ class _State:
             self.levels.append("skipped")
             self.warnings.append(f"{label} was skipped: its new_string equals its old_string.")
             return
+        notes: list[str] = []
         try:
-            level, edits = self._plan(modification, old, new, label)
-            self._commit(edits, number, label)
+            level, edits = self._plan(modification, old, new, notes)
+            self._commit(edits, number, notes)
         except _Failed as exc:
             self.levels.append("none")
             self.errors.append(f"{label} (old_string {_preview(old)}) was not applied: {exc}")
             return
         self.levels.append(level)
+        self.warnings += [f"{label} {note}" for note in notes]
         self.applied += 1
 
     def _plan(
-        self, modification: Modification, old: str, new: str, label: str
+        self, modification: Modification, old: str, new: str, notes: list[str]
     ) -> tuple[str, list[tuple[str, list[_Edit]]]]:
-        """The match level and the candidate edit lists, best indentation guess first."""
+        """The match level and the candidate edit lists, best indentation guess first.
+
+        ``notes`` collects what to warn about should the modification apply.
+        """
         if not old.strip():
             raise _Failed(
                 "old_string is empty; copy the exact lines to replace from the file "
@@ -210,7 +216,7 @@ class _State:
             # text with real newlines that the model almost surely meant.
             retry = self._locate(modification, unescaped)
             if isinstance(retry, tuple):
-                self.warnings.append(f"{label}: literal \\n in old_string was read as a newline.")
+                notes.append("had literal \\n in old_string; they were read as newlines.")
                 old, new, matches = unescaped, _unescape(new), retry
         if isinstance(matches, (NoMatch, Ambiguous)):
             raise _Failed(matches.message)
@@ -218,16 +224,15 @@ class _State:
         if not any(is_elision(line) for line in old.split("\n")):
             kept = "\n".join(line for line in new.split("\n") if not _placeholder(line))
             if kept != new:
-                self.warnings.append(
-                    f"{label}: placeholder comments such as '# ... existing code ...' in "
-                    "new_string were dropped; old_string elides nothing."
+                notes.append(
+                    "had placeholder comments such as '# ... existing code ...' in "
+                    "new_string; they were dropped, as old_string elides nothing."
                 )
                 new = kept
         for match in matches:
             if match.level == "fuzzy":
-                first, last = line_span(self.text, match)
-                self.warnings.append(
-                    f"{label} matched lines {first}-{last} only fuzzily "
+                notes.append(
+                    f"matched {line_range(*line_span(self.text, match))} only fuzzily "
                     f"(similarity {match.score:.2f}); check it changed the intended code."
                 )
         guesses: list[tuple[str, list[_Edit]]] = []
@@ -251,22 +256,24 @@ class _State:
             for start, end, owner in self.touched:
                 inside = start < match.end and match.start < end
                 if inside or (start == end and match.start < start < match.end):
-                    first, last = line_span(self.text, match)
+                    lines = line_range(*line_span(self.text, match))
                     raise _Failed(
-                        f"it targets lines {first}-{last}, which overlap the text already "
-                        f"changed by modification {owner}; merge the two into one modification."
+                        f"it targets {lines}, which overlaps the text already changed by "
+                        f"modification {owner}; merge the two into one modification."
                     )
 
-    def _commit(self, guesses: list[tuple[str, list[_Edit]]], number: int, label: str) -> None:
+    def _commit(
+        self, guesses: list[tuple[str, list[_Edit]]], number: int, notes: list[str]
+    ) -> None:
         problem = ""
         for attempt, (name, edits) in enumerate(guesses):
             text, regions = _splice(self.text, edits)
             problem = self._syntax_problem(text, edits)
             if not problem:
                 if attempt:
-                    self.warnings.append(
-                        f"{label}: the re-indented replacement did not parse; it was "
-                        f"applied with {name} instead."
+                    notes.append(
+                        f"was re-indented into code that did not parse; it was applied with "
+                        f"{name} instead."
                     )
                 self._shift_touched(edits)
                 self.touched += [(start, end, number) for start, end in regions]
@@ -357,11 +364,13 @@ def _splice(text: str, edits: list[_Edit]) -> tuple[str, list[tuple[int, int]]]:
     """Apply sorted, disjoint edits; return the text and where each replacement landed."""
     pieces, regions, position, shift = [], [], 0, 0
     for edit in edits:
-        pieces += [text[position : edit.start], edit.replacement]
-        start = edit.start + shift
+        # Two whole-line deletions at the end of a file may both claim one newline.
+        begin = max(edit.start, position)
+        pieces += [text[position:begin], edit.replacement]
+        start = begin + shift
         regions.append((start, start + len(edit.replacement)))
-        shift += len(edit.replacement) - (edit.end - edit.start)
-        position = edit.end
+        shift += len(edit.replacement) - (edit.end - begin)
+        position = max(edit.end, position)
     pieces.append(text[position:])
     return "".join(pieces), regions
 
@@ -538,12 +547,12 @@ def _is_python(path: str, code: str) -> bool:
     return bool(code.strip()) and not _syntax_error(code)
 
 
-def _syntax_error(text: str, first_line: int = 1) -> str:
-    """'' when the text parses, else the error with its line in the whole file."""
+def _syntax_error(text: str) -> str:
+    """'' when the text parses, else the error and its line."""
     try:
         ast.parse(text)
     except SyntaxError as exc:
-        return f"{exc.msg} at line {(exc.lineno or 1) + first_line - 1}"
+        return f"{exc.msg} at line {exc.lineno or 1}"
     except (ValueError, RecursionError, MemoryError) as exc:
         return str(exc) or type(exc).__name__
     return ""

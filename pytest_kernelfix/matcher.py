@@ -72,7 +72,7 @@ class Fragment:
 
     def describe(self) -> str:
         return (
-            f"{_line_range(self.first_line, self.last_line)} "
+            f"{line_range(self.first_line, self.last_line)} "
             f"(similarity {self.similarity:.2f}):\n```\n{self.text}\n```"
         )
 
@@ -119,7 +119,7 @@ class Ambiguous:
         tried = ", ".join(self.levels_tried)
         if self.level == "fuzzy":
             places = " and ".join(
-                f"{_line_range(*span)} (similarity {score:.2f})"
+                f"{line_range(*span)} (similarity {score:.2f})"
                 for span, score in zip(self.lines, self.scores, strict=False)
             )
             head = (
@@ -128,7 +128,7 @@ class Ambiguous:
                 f"(levels tried: {tried})."
             )
         else:
-            places = ", ".join(_line_range(*span) for span in self.lines[:_LISTED])
+            places = ", ".join(line_range(*span) for span in self.lines[:_LISTED])
             if len(self.lines) > _LISTED:
                 places += f" and {len(self.lines) - _LISTED} more"
             head = (
@@ -581,7 +581,7 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
             (_window_lines(view, best), _window_lines(view, rival)),
             (best.score / 100, rival.score / 100),
         )
-    first, last = _window_line_range(view, best)
+    first, last = _windowline_range(view, best)
     return Match(view.starts[first], view.end(last), "fuzzy", best.score / 100)
 
 
@@ -737,22 +737,23 @@ def _score(view: TextView, offset: int, query: Query, windows: set[Span]) -> lis
     ]
 
 
-def _window_line_range(view: TextView, window: _Window) -> tuple[int, int]:
+def _windowline_range(view: TextView, window: _Window) -> tuple[int, int]:
     return view.nonblank[window.start], view.nonblank[window.start + window.size - 1]
 
 
 def _window_lines(view: TextView, window: _Window) -> tuple[int, int]:
-    first, last = _window_line_range(view, window)
+    first, last = _windowline_range(view, window)
     return first + 1, last + 1
 
 
 def _fragment(view: TextView, window: _Window | None) -> Fragment | None:
     if window is None:
         return None
-    first, last = _window_line_range(view, window)
+    first, last = _windowline_range(view, window)
     text = "\n".join(view.raw[first : last + 1])
     return Fragment(first + 1, last + 1, text, window.score / 100)
 
 
-def _line_range(first: int, last: int) -> str:
+def line_range(first: int, last: int) -> str:
+    """'line 7' or 'lines 7-9': how messages name 1-based lines."""
     return f"line {first}" if first == last else f"lines {first}-{last}"

@@ -190,6 +190,12 @@ def test_deleting_the_last_line_of_a_file_without_trailing_newline() -> None:
     assert applied("a = 1\nb = 2", Modification("b = 2", "")) == "a = 1"
 
 
+@pytest.mark.parametrize("content", ["a\nx\nx", "a\nx\nx\n", "x\nx"])
+def test_deleting_every_occurrence_up_to_the_end_of_the_file(content: str) -> None:
+    code = applied(content, Modification("x", "", replace_all=True), path="k.txt")
+    assert "x" not in code and code.rstrip("\n") == content[: content.find("x")].rstrip("\n")
+
+
 def test_inline_edit_inside_a_line() -> None:
     code = applied(KERNEL, Modification("tl.exp(x)", "tl.exp(x.to(tl.float32))"))
     assert "    num = tl.exp(x.to(tl.float32))\n" in code
