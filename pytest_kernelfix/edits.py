@@ -9,6 +9,7 @@ as the model wrote them, and the edit engine copes with their quirks (CRLF, lite
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -175,11 +176,16 @@ def _plausible_json_start(text: str, start: int) -> bool:
 def _from_json_value(value: Any, raw: str) -> ParsedResponse | None:
     """A ParsedResponse when the value has the shape of edits, else None."""
     if isinstance(value, Mapping):
-        items = next((value[key] for key in _LIST_KEYS if key in value), None)
-        if items is None and _pick(value, _OLD_KEYS) is not None:
+        key = next((key for key in _LIST_KEYS if key in value), None)
+        if key is not None:
+            items = value[key] if value[key] is not None else []
+        elif _pick(value, _OLD_KEYS) is not None:
             items = [value]
-        if items is None:
+        else:
             return None
+        if isinstance(items, str):  # a list the model encoded as a JSON string
+            with contextlib.suppress(json.JSONDecodeError):
+                items = json.loads(items, strict=False)
         if isinstance(items, Mapping):
             items = [items]
         if not isinstance(items, list):

@@ -86,6 +86,13 @@ def test_empty_modification_list_is_a_valid_answer() -> None:
     assert parsed.analysis == "cannot fix"
 
 
+def test_null_modifications_and_a_list_encoded_as_a_string() -> None:
+    assert parse_modifications('{"analysis": "x", "modifications": null}').modifications == ()
+    inner = json.dumps([{"old_string": "a", "new_string": "b"}])
+    text = json.dumps({"modifications": inner})
+    assert parse_modifications(text).modifications == (Modification("a", "b"),)
+
+
 def test_search_replace_blocks_with_file_names() -> None:
     text = (
         "Two fixes.\n\n"
