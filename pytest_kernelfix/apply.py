@@ -61,8 +61,13 @@ def apply_modifications(
     *,
     path: str = "",
     raw_llm_output: str = "",
+    labels: Sequence[str] = (),
 ) -> DiffResult:
-    """Apply ``modifications`` in order, each on the text the previous ones produced."""
+    """Apply ``modifications`` in order, each on the text the previous ones produced.
+
+    Messages name each modification "Modification i of n", or by ``labels[i]`` when a
+    caller that split a larger list per file knows a better name ("Edit 4").
+    """
     if isinstance(modifications, ParsedResponse):
         raw_llm_output = raw_llm_output or modifications.raw
         modifications = modifications.modifications
@@ -70,7 +75,8 @@ def apply_modifications(
     state = _State(code, Style.of(code, tabs_to_convert=tabs), _is_python(path, code))
     total = len(modifications)
     for number, modification in enumerate(modifications, 1):
-        state.apply(modification, f"Modification {number} of {total}", number)
+        label = labels[number - 1] if number <= len(labels) else f"Modification {number} of {total}"
+        state.apply(modification, label)
     if state.applied == 0 and not state.errors:
         state.warnings.append("No modification changed the code.")
     return DiffResult(
@@ -172,13 +178,13 @@ class _State:
         self.style = style
         self.python = python
         self.parses: bool | None = None
-        self.touched: list[tuple[int, int, int]] = []
+        self.touched: list[tuple[int, int, str]] = []  # changed spans and who changed them
         self.applied = 0
         self.levels: list[str] = []
         self.errors: list[str] = []
         self.warnings: list[str] = []
 
-    def apply(self, modification: Modification, label: str, number: int) -> None:
+    def apply(self, modification: Modification, label: str) -> None:
         old = modification.old_string.replace("\r\n", "\n")
         new = modification.new_string.replace("\r\n", "\n")
         if old == new:
@@ -188,7 +194,7 @@ class _State:
         notes: list[str] = []
         try:
             level, edits = self._plan(modification, old, new, notes)
-            self._commit(edits, number, notes)
+            self._commit(edits, label, notes)
         except _Failed as exc:
             self.levels.append("none")
             self.errors.append(f"{label} (old_string {_preview(old)}) was not applied: {exc}")
@@ -259,12 +265,10 @@ class _State:
                     lines = line_range(*line_span(self.text, match))
                     raise _Failed(
                         f"it targets {lines}, which overlaps the text already changed by "
-                        f"modification {owner}; merge the two into one modification."
+                        f"{owner}; merge the two into one modification."
                     )
 
-    def _commit(
-        self, guesses: list[tuple[str, list[_Edit]]], number: int, notes: list[str]
-    ) -> None:
+    def _commit(self, guesses: list[tuple[str, list[_Edit]]], label: str, notes: list[str]) -> None:
         problem = ""
         for attempt, (name, edits) in enumerate(guesses):
             text, regions = _splice(self.text, edits)
@@ -276,7 +280,7 @@ class _State:
                         f"{name} instead."
                     )
                 self._shift_touched(edits)
-                self.touched += [(start, end, number) for start, end in regions]
+                self.touched += [(start, end, label) for start, end in regions]
                 self.text = text
                 return
         tried = "; ".join(name for name, _ in guesses) if len(guesses) > 1 else "as is"

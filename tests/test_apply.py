@@ -244,7 +244,8 @@ def test_overlapping_edits_conflict_on_the_later_one() -> None:
     assert result.levels == ("exact", "none") and result.applied == 1
     assert not result.success
     (error,) = result.errors
-    assert error.startswith("Modification 2 of 2") and "modification 1" in error
+    assert error.startswith("Modification 2 of 2")
+    assert "already changed by Modification 1 of 2" in error
     assert "tl.exp(x - 1)" in result.code
 
 
@@ -318,6 +319,12 @@ def test_ambiguous_edit_error_names_index_levels_and_remedies() -> None:
     assert error.startswith("Modification 2 of 2 (old_string 'return a * 2') was not applied")
     assert "lines 2, 6" in error or ("line 2" in error and "line 6" in error)
     assert "replace_all" in error and "anchor" in error and "levels tried: exact" in error
+
+
+def test_labels_name_modifications_in_messages() -> None:
+    mods = [Modification("tl.exp(x)", "tl.exp(x + 0)"), Modification("nothing here", "x")]
+    result = apply_modifications(KERNEL, mods, path="k.py", labels=["Edit 3", "Edit 7"])
+    assert result.errors[0].startswith("Edit 7 (old_string 'nothing here') was not applied")
 
 
 def test_missing_edit_error_shows_the_nearest_fragment() -> None:
