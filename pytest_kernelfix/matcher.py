@@ -100,6 +100,9 @@ class NoMatch:
             text += " No part of the file resembles it."
         return text
 
+    def __str__(self) -> str:
+        return self.message
+
 
 @dataclass(frozen=True)
 class Ambiguous:
@@ -140,6 +143,9 @@ class Ambiguous:
             '"replace_all": true to change every occurrence, or set "anchor" to a '
             "unique line that comes before the intended occurrence."
         )
+
+    def __str__(self) -> str:
+        return self.message
 
 
 Failure = NoMatch | Ambiguous
