@@ -513,6 +513,8 @@ def _shifts(file_lines: Sequence[str], old_lines: Sequence[str], style: Style) -
         rest = min(found[1:]) - min(wrote[1:])
     else:
         rest = first
+    if (first - rest) % 2:
+        first = rest  # an odd offset is a typo at the line's start, not a real indent
     return first, rest
 
 

@@ -73,6 +73,14 @@ def test_first_line_copied_from_mid_line_keeps_the_rest_absolute() -> None:
     assert applied(content, Modification(old, new)) == content.replace("b = 1\n", "b = 10\n")
 
 
+def test_a_typo_eating_the_first_character_does_not_shift_the_first_line() -> None:
+    content = "def f(x):\n    y = x + 1\n    z = y * 2\n    return z\n"
+    old = "     = x + 1\n    z = y * 2\n    return z"  # the "y" was lost in copying
+    new = "    y = x + 2\n    z = y * 2\n    return z"
+    code = applied(content, Modification(old, new), path="notes.txt")
+    assert code == content.replace("x + 1", "x + 2")
+
+
 def test_python_second_guess_keeps_lines_after_the_first_as_written() -> None:
     content = "def f(x):\n    if x:\n        y = 1\n    return y\n"
     old = "if x:\n    y = 1"  # dedented by four
