@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from pytest_kernelfix.apply import apply_modifications, unified_diff
 from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.edits import FORMAT_HINT, Modification
 from pytest_kernelfix.fixers.base import (
     Attempt,
     Fixer,
@@ -293,7 +293,7 @@ def _play_round(
 ) -> tuple[_RoundOutcome, str, Mapping[str, str] | None]:
     """One round after the answer arrived: (outcome, feedback for next round, new base)."""
     if proposal.parse_error:
-        detail = proposal.parse_error.strip().splitlines()[0][:200]
+        detail = proposal.parse_error.replace(FORMAT_HINT, "").strip().splitlines()[0][:200]
         return (
             _RoundOutcome(False, f"answer could not be read: {detail}"),
             f"Your previous answer could not be read: {proposal.parse_error}",
