@@ -174,6 +174,7 @@ class _State:
     """The text being edited, the spans already changed, and the running report."""
 
     def __init__(self, text: str, style: Style, python: bool) -> None:
+        self.original = text
         self.text = text
         self.style = style
         self.python = python
@@ -225,7 +226,7 @@ class _State:
                 notes.append("had literal \\n in old_string; they were read as newlines.")
                 old, new, matches = unescaped, _unescape(new), retry
         if isinstance(matches, (NoMatch, Ambiguous)):
-            raise _Failed(matches.message)
+            raise _Failed(matches.message + self._conflict_hint(old))
         self._check_conflicts(matches)
         if not any(is_elision(line) for line in old.split("\n")):
             kept = "\n".join(line for line in new.split("\n") if not _placeholder(line))
@@ -257,6 +258,19 @@ class _State:
         found = find_match(self.text, old, anchor=modification.anchor)
         return (found,) if isinstance(found, Match) else found
 
+    def _conflict_hint(self, old: str) -> str:
+        """Why a search that fits the original text no longer fits: an earlier edit."""
+        if not self.touched or self.text == self.original:
+            return ""
+        found = find_match(self.original, old)
+        if not isinstance(found, Match):
+            return ""
+        lines = line_range(*line_span(self.original, found))
+        return (
+            f" It does match the original text at {lines}, which an earlier modification "
+            "in this list already changed (a conflict): merge the two into one modification."
+        )
+
     def _check_conflicts(self, matches: tuple[Match, ...]) -> None:
         for match in matches:
             for start, end, owner in self.touched:
@@ -264,8 +278,8 @@ class _State:
                 if inside or (start == end and match.start < start < match.end):
                     lines = line_range(*line_span(self.text, match))
                     raise _Failed(
-                        f"it targets {lines}, which overlaps the text already changed by "
-                        f"{owner}; merge the two into one modification."
+                        f"it conflicts with {owner}: it targets {lines}, text that one "
+                        "already changed; merge the two into one modification."
                     )
 
     def _commit(self, guesses: list[tuple[str, list[_Edit]]], label: str, notes: list[str]) -> None:

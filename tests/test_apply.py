@@ -253,8 +253,19 @@ def test_overlapping_edits_conflict_on_the_later_one() -> None:
     assert not result.success
     (error,) = result.errors
     assert error.startswith("Modification 2 of 2")
-    assert "already changed by Modification 1 of 2" in error
+    assert "conflicts with Modification 1 of 2" in error
     assert "tl.exp(x - 1)" in result.code
+
+
+def test_a_later_edit_of_text_an_earlier_one_rewrote_is_reported_as_a_conflict() -> None:
+    first = Modification("    num = tl.exp(x)\n", "    num = tl.exp2(x * 1.4426950408889634)\n")
+    second = Modification(
+        "    num = tl.exp(x)\n    out = num", "    num = tl.exp(x)\n    out = 2 * num"
+    )
+    result = apply(KERNEL, first, second)
+    assert result.levels == ("exact", "none")
+    assert "does match the original text at lines 12-13" in result.errors[0]
+    assert "conflict" in result.errors[0]
 
 
 def test_adjacent_edits_do_not_conflict() -> None:
