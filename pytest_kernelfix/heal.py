@@ -170,13 +170,16 @@ def apply_proposal(
             path, why = _locate(modification, files)
             path = path or ("" if why else editable[0])
         if why:
-            outcomes[index] = EditOutcome("", "none", why)
+            outcomes[index] = EditOutcome("", "none", f"Edit {index + 1}: {why}")
         else:
             by_file.setdefault(path, []).append(index)
     updated = dict(files)
     warnings: list[str] = []
     for path, indices in by_file.items():
-        result = apply_modifications(updated[path], [modifications[i] for i in indices], path=path)
+        result = apply_modifications(
+            updated[path], [modifications[i] for i in indices], path=path,
+            labels=[f"Edit {i + 1} ({path})" for i in indices],
+        )
         updated[path] = result.code
         warnings.extend(f"{path}: {warning}" for warning in result.warnings)
         messages = iter(result.errors)  # one per failed modification, in order
@@ -185,11 +188,7 @@ def apply_proposal(
             error = next(messages, "did not apply") if level == "none" else ""
             outcomes[index] = EditOutcome(path, level, error)
     ordered = tuple(outcomes[i] for i in range(len(modifications)))
-    errors = tuple(
-        f"edit {i + 1}" + (f" ({o.file})" if o.file else "") + f": {o.error}"
-        for i, o in enumerate(ordered)
-        if o.level == "none"
-    )
+    errors = tuple(outcome.error for outcome in ordered if outcome.level == "none")
     return Application(updated, ordered, errors, tuple(warnings))
 
 
