@@ -67,6 +67,7 @@ class KernelfixSession:
         self.report: Any = None
         self.error = ""
         self.notes: list[str] = []
+        self._progress_shown = False
         self.recorder = LaunchRecorder()
         self.recorder.install()
 
@@ -190,8 +191,13 @@ class KernelfixSession:
 
     def _progress(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"kernelfix: {line}")
+        if reporter is None:
+            return
+        if not self._progress_shown:
+            self._progress_shown = True
+            reporter.write_line("")  # end the line of progress dots, even under -q
+            reporter.write_sep("-", "kernelfix: healing")
+        reporter.write_line(f"kernelfix: {line}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:

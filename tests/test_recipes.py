@@ -155,7 +155,8 @@ def test_no_recipe_for_an_unknown_error() -> None:
     with pytest.raises(FixerError) as info:
         RecipeFixer().propose(request_for(ELEMENTWISE.format(expr="tl.tanh(x)"), error))
     assert str(info.value) == (
-        "no recipe for AssertionError: Both operands must be same dtype. Got fp32 and fp16"
+        "no recipe for AssertionError: Both operands must be same dtype. Got fp32 and fp16; "
+        "pass --kernelfix-model to ask an LLM"
     )
 
 

@@ -25,6 +25,9 @@ from pytest_kernelfix.edits import Modification
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
 
+#: Recipes cover a few mechanical bugs; the rest need a model.
+_ASK_A_MODEL = "; pass --kernelfix-model to ask an LLM"
+
 SOURCE = "recipes"
 _MAX_POWER = 4
 
@@ -52,7 +55,8 @@ class RecipeFixer:
         context = request.context
         with self._lock:
             if context.group_id in self._proposed:
-                raise FixerError(f"no recipe for {context.error.headline} (already proposed once)")
+                raise FixerError(f"no recipe for {context.error.headline} (already proposed "
+                                 f"once){_ASK_A_MODEL}")
         files = request.files or context.editable
         for recipe in RECIPES:
             if not recipe.applies(context.error):
@@ -66,7 +70,7 @@ class RecipeFixer:
                 with self._lock:
                     self._proposed.add(context.group_id)
                 return _proposal(recipe, tuple(modifications))
-        raise FixerError(f"no recipe for {context.error.headline}")
+        raise FixerError(f"no recipe for {context.error.headline}{_ASK_A_MODEL}")
 
 
 def file_modifications(
