@@ -19,6 +19,7 @@ from pytest_kernelfix.atomic import replace_file
 from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.grouping import BugGroup
 from pytest_kernelfix.heal import HEALED, HealResult
+from pytest_kernelfix.redact import redact
 
 SCHEMA_VERSION = 1
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
@@ -62,7 +63,7 @@ def patch_name(group: BugGroup) -> str:
 
 
 def patch_text(group: BugGroup, result: HealResult) -> str:
-    """The patch file: a header that ``git apply`` skips, then the diff."""
+    """The patch file: a header that ``git apply`` skips (redacted), then the diff."""
     header = [
         f"{PATCH_MARKER} {__version__}",
         f"Bug: {group.id}",
@@ -72,7 +73,18 @@ def patch_text(group: BugGroup, result: HealResult) -> str:
         f"Rounds: {len(result.rounds)}",
         "",
     ]
-    return "\n".join(header) + "\n" + result.patch
+    return redact("\n".join(header)) + "\n" + result.patch
+
+
+def redacted(data: Any) -> Any:
+    """``data`` (JSON-like) with every string redacted, before it is serialised."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, list):
+        return [redacted(item) for item in data]
+    if isinstance(data, dict):
+        return {key: redacted(value) for key, value in data.items()}
+    return data
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -242,8 +254,8 @@ def write_reports(report: SessionReport) -> Mapping[str, Path]:
     """Write report.json and report.md next to the patches; returns their paths."""
     json_path = report.report_dir / "report.json"
     md_path = report.report_dir / "report.md"
-    write_atomic(json_path, json.dumps(session_json(report), indent=2) + "\n")
-    write_atomic(md_path, session_markdown(report))
+    write_atomic(json_path, json.dumps(redacted(session_json(report)), indent=2) + "\n")
+    write_atomic(md_path, redact(session_markdown(report)))
     remove_stale_patches(report.report_dir, [b.patch_file for b in report.bugs if b.patch_file])
     return {"json": json_path, "markdown": md_path}
 

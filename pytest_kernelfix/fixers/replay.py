@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_kernelfix.fixers.answer import read_answer
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.redact import redact
 
 
 class CassetteError(FixerError, ValueError):
@@ -145,7 +146,8 @@ class RecordingFixer:
     """Wrap a live fixer and append each of its answers to a cassette.
 
     The append happens under a file lock, so xdist workers and parallel sessions can
-    record to one cassette without interleaving lines.
+    record to one cassette without interleaving lines. Answers are redacted first: a
+    model that echoes a secret does not put it into a file meant to be committed.
     """
 
     def __init__(self, inner: Fixer, path: Path | str) -> None:
@@ -157,7 +159,7 @@ class RecordingFixer:
         proposal = self.inner.propose(request)
         model = getattr(self.inner, "model", "") or self.inner.name
         entry = CassetteEntry(
-            proposal.raw,
+            redact(proposal.raw),
             group_pattern(request.context.group_id),
             request.round,
             str(model),
