@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from hostile.answers import GELU, SOFTMAX, Hostile, build, write_cassette
+from hostile.project import BUG, FIX, report, write_project
 
 from pytest_kernelfix.context import BugContext, SourceFile
 from pytest_kernelfix.failure import ErrorInfo
@@ -177,3 +178,62 @@ def _uses(pid: str, temp: Path) -> bool:
     except OSError:
         return False
     return f"TMPDIR={temp}".encode() in environ.split(b"\0")
+
+
+HANG_THEN_CRASH_THEN_FIX = (
+    ("    spins = 0\n    while spins >= 0:\n        spins += 1\n" + BUG, "rerun timed out after"),
+    ("    tl.store(out_ptr + offsets * 1000000007, x * factor)", "died with SIGSEGV"),
+    (FIX, "1 failing test(s) pass"),
+)
+
+RERUN_CHILD_CONFTEST = """
+import os
+import subprocess
+from pathlib import Path
+
+if os.environ.get("KERNELFIX_RERUN_PLAN"):  # only in sandbox reruns: a grandchild per rerun
+    child = subprocess.Popen(["sleep", "600"])
+    (Path(os.environ["KFX_PIDS"]) / str(child.pid)).write_text("")
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie is dead, merely not reaped by this container's init
+
+
+@pytest.mark.slow
+def test_hung_and_crashing_candidates_are_killed_with_their_process_group(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_project(pytester.path, "k1")
+    pytester.makeconftest(RERUN_CHILD_CONFTEST)
+    pids = pytester.path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("KFX_PIDS", str(pids))
+    tape = root / "tape.jsonl"
+    previous = BUG
+    with tape.open("w") as handle:
+        for new, _ in HANG_THEN_CRASH_THEN_FIX:
+            edit = {"file": "kernels/k1.py", "old_string": previous, "new_string": new}
+            handle.write(json.dumps({"group": "k1_kernel-*",
+                                     "response": json.dumps({"modifications": [edit]})}) + "\n")
+            previous = new
+
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--kernelfix",
+        f"--kernelfix-model=replay:{tape}", "--kernelfix-rounds=3",
+        f"--kernelfix-timeout={TIMEOUT}", timeout=300)
+
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    bug = report(root)["k1"]
+    outcomes = [detail["outcome"] for detail in bug["round_details"]]
+    assert [why in outcome for (_, why), outcome in
+            zip(HANG_THEN_CRASH_THEN_FIX, outcomes, strict=True)] == [True] * 3, outcomes
+    assert bug["status"] == "healed"  # a hang and a segfault did not stop the loop
+    started = [int(path.name) for path in pids.iterdir()]
+    assert len(started) == 4  # baseline + three candidates
+    assert [pid for pid in started if _alive(pid)] == []
