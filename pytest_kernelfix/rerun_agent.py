@@ -424,6 +424,14 @@ def _relative_nodeids(message: str, session: pytest.Session) -> str:
     return message.replace(root, "")
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Know the plugin's hooks, which the suite's conftest files may implement."""
+    from pytest_kernelfix import hookspecs
+
+    with contextlib.suppress(ValueError):  # the plugin itself is loaded after all
+        pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Know the plugin's ini keys, which the suite's ini may set (``--strict-config``)."""
     from pytest_kernelfix.config import add_ini_keys

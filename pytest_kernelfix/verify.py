@@ -53,6 +53,14 @@ def gate_rejections(result: RerunResult) -> list[GateResult]:
     return [gate for gate in gate_results(result) if not gate.ok]
 
 
+def no_outcomes(result: RerunResult) -> str:
+    """Why a rerun that reported no test at all is no verdict on the candidate."""
+    lines = [line.strip() for line in result.output.splitlines() if line.strip()]
+    last = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "")
+    return (f"the rerun reported no test outcome (exit status {result.returncode}): "
+            f"{last[:300]}").rstrip(": ")
+
+
 class Verifier:
     """Reruns one bug's tests (and its regression set) on candidates, in one sandbox."""
 
@@ -154,6 +162,9 @@ class Verifier:
             errors = "\n".join(result.collection_errors)
             return Verdict(False, f"tests could not be collected: {_first_line(errors)}",
                            redact(truncate_log(errors)), kind="collection")
+        if len(result.missing(self.nodeids)) == len(self.nodeids):
+            return Verdict(False, no_outcomes(result), redact(truncate_log(result.output)),
+                           kind="rerun")
         failing = [n for n in self.nodeids if not result.passed([n])]
         if failing:
             outcomes = [result.outcome(n) for n in failing]

@@ -185,3 +185,22 @@ def test_same_heal_under_xdist_and_junitxml(pytester: pytest.Pytester,
     if "--junitxml=junit.xml" in extra:
         junit = (pytester.path / "junit.xml").read_text()
         assert junit.count("<failure") == 4  # healing is reported beside, never instead
+
+
+def test_conftest_hook_supplies_the_edits(pytester: pytest.Pytester) -> None:
+    """``pytest_kernelfix_propose`` answers before the fixer; reruns know the hook too."""
+    make_project(pytester)
+    pytester.makeconftest(
+        """
+        from pytest_kernelfix.edits import Modification
+
+        def pytest_kernelfix_propose(request, config):
+            assert request.context.editable[0].path == "kernels/ops.py"
+            return [Modification("    y = x + factor", "    y = x * factor")]
+        """
+    )
+    result = heal(pytester)  # the configured fixer (recipes) is never asked
+    result.assert_outcomes(failed=4, passed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed", bug["reason"]
+    assert bug["round_details"][0]["source"] == "hook"
