@@ -95,6 +95,13 @@ def checks_for(device: str, gate: bool) -> tuple[str, ...]:
     return tuple(checks)
 
 
+NO_EDITABLE_SOURCE = (
+    "no editable source: the failure is not in project code (it is in a test, a conftest "
+    "or an installed package), or its files are symlinks, binary, over 256 KiB or outside "
+    "kernelfix_paths"
+)
+
+
 def _did_not_reproduce(baseline: RerunResult, nodeids: Sequence[str]) -> str:
     if baseline.timed_out or baseline.crash_reason:
         return ""
@@ -153,11 +160,6 @@ def _heal_group(
 ) -> HealResult:
     settings = inputs.settings
     root = settings.rootdir
-    if not group.editable:
-        return _skipped(group, "no editable source: the failure is not in project code "
-                               "(it is in a test, a conftest or an installed package), or its "
-                               "files are symlinks, binary, over 256 KiB or outside "
-                               "kernelfix_paths")
     try:
         originals = read_originals(root, group.editable)
     except (OSError, UnicodeDecodeError) as error:
@@ -245,13 +247,11 @@ def run_healing(
                 continue
             progress(f"healing {group.id} ({len(group.nodeids)} test(s); "
                      f"{', '.join(group.editable) or 'no editable file'})")
-            if sandbox is None and group.editable:
-                sandbox = Sandbox.create(root, exclude=exclude)
-            result = (
-                _heal_group(group, inputs, sandbox, fixer, guard, progress)
-                if sandbox is not None
-                else _skipped(group, "no editable source")
-            )
+            if not group.editable:
+                result = _skipped(group, NO_EDITABLE_SOURCE)
+            else:
+                sandbox = sandbox or Sandbox.create(root, exclude=exclude)
+                result = _heal_group(group, inputs, sandbox, fixer, guard, progress)
             progress(f"  {result.status}: {result.reason}")
             results.append((group, result))
     finally:

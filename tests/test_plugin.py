@@ -204,3 +204,24 @@ def test_conftest_hook_supplies_the_edits(pytester: pytest.Pytester) -> None:
     (bug,) = report_of(pytester.path)["bugs"]
     assert bug["status"] == "healed", bug["reason"]
     assert bug["round_details"][0]["source"] == "hook"
+
+
+def test_failure_outside_project_code_is_skipped_with_the_reason(
+    pytester: pytest.Pytester,
+) -> None:
+    """A kernel test that fails in the test itself has nothing a fix may edit."""
+    make_project(pytester)
+    (pytester.path / "kernels" / "ops.py").write_text(
+        (pytester.path / "kernels" / "ops.py").read_text().replace(BUGS["offset"], GOOD_LINE))
+    pytester.makepyfile(test_setup="""
+        import pytest
+
+        @pytest.mark.kernel
+        def test_wrong_expectation():
+            assert {"shape": (2, 3)} == {"shape": (3, 2)}
+        """)
+    result = heal(pytester)
+    result.assert_outcomes(failed=1, passed=5)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "skipped" and bug["reason"].startswith("no editable source")
+    assert bug["rounds"] == 0 and bug["files"] == []
