@@ -235,7 +235,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         heal=heal,
         apply=apply,
         rounds=rounds,
-        model=value("kernelfix_model") or "recipes",
+        model=_replay_path(value("kernelfix_model") or "recipes", rootdir),
         api_base=value("kernelfix_api_base"),
         llm_timeout=value("kernelfix_llm_timeout"),
         llm_retries=value("kernelfix_llm_retries"),
@@ -289,6 +289,21 @@ def _torch_sees_cuda() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def _replay_path(model: str, rootdir: Path) -> str:
+    """``replay:PATH`` with a relative PATH: the current directory first, then the rootdir.
+
+    A cassette named on the command line is relative to where pytest runs; one named in
+    the ini file is relative to the project, wherever pytest runs from.
+    """
+    prefix = "replay:"
+    if not model.startswith(prefix):
+        return model
+    path = Path(os.path.expanduser(model[len(prefix):]))
+    if not path.is_absolute() and not path.exists() and (rootdir / path).exists():
+        return prefix + str(rootdir / path)
+    return prefix + str(path)
 
 
 def _under(rootdir: Path, text: str) -> Path:

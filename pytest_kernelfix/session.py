@@ -9,7 +9,7 @@ run, and prints the summary. It never changes a test outcome or the exit status.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +19,9 @@ from pytest_kernelfix.failure import describe_exception
 from pytest_kernelfix.fixers.base import Fixer
 from pytest_kernelfix.fixers.hook import HookFixer, UnavailableFixer
 from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
+
+if TYPE_CHECKING:
+    from pytest_kernelfix.report import SessionReport
 
 launches_key = pytest.StashKey[tuple[KernelLaunch, ...]]()
 
@@ -64,7 +67,7 @@ class KernelfixSession:
         self.is_worker = hasattr(config, "workerinput")
         self.failures: list[Failure] = []
         self.passed: list[PassedTest] = []
-        self.report: Any = None
+        self.report: SessionReport | None = None
         self.error = ""
         self.notes: list[str] = []
         self._progress_shown = False
@@ -131,7 +134,7 @@ class KernelfixSession:
             self.error = redact(
                 f"healing stopped by an internal error: {type(error).__name__}: {error}")
 
-    def _heal(self) -> Any:
+    def _heal(self) -> SessionReport:
         from pytest_kernelfix.guards import build_guard
         from pytest_kernelfix.rerun import RerunSpec
         from pytest_kernelfix.workflow import SessionInputs, run_healing

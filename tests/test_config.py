@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -25,8 +26,6 @@ def pytest_configure(config):
 
 
 def settings_of(pytester: pytest.Pytester, *args: str) -> dict[str, object]:
-    import json
-
     pytester.makeconftest(SHOW)
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
     # a subprocess: device set-up changes the process environment (TRITON_INTERPRET)
@@ -162,3 +161,18 @@ def test_marker_is_registered_always(pytester: pytest.Pytester) -> None:
         """
     )
     pytester.runpytest("--strict-markers").assert_outcomes(passed=1)
+
+
+def test_replay_cassette_named_in_the_ini_is_found_from_another_directory(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KERNELFIX_MODEL", raising=False)
+    (pytester.path / "tapes").mkdir()
+    (pytester.path / "tapes" / "t.jsonl").write_text("")
+    pytester.makeini("[pytest]\nkernelfix_model = replay:tapes/t.jsonl\n")
+    monkeypatch.chdir(pytester.path / "tapes")  # pytest runs from elsewhere
+    pytester.makeconftest(SHOW)
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    pytester.runpytest_subprocess(str(pytester.path))
+    settings = json.loads((pytester.path / "tapes" / "settings.json").read_text())
+    assert settings["model"] == f"replay:{pytester.path / 'tapes' / 't.jsonl'}"
