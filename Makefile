@@ -40,14 +40,14 @@ demo: $(STAMP)
 		print(f\"== {t['healed']} of {t['bugs']} bugs healed; report: $(DEMO_REPORT)/report.md\"); \
 		sys.exit(t['healed'] != 2)"
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -n 2 tests
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(BIN)/python -m pytest -n 2 -m "not slow" tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check pytest_kernelfix tests benchmarks
+	$(BIN)/ruff check pytest_kernelfix tests benchmarks example_project
 	$(BIN)/mypy
 
 bench: $(STAMP)
