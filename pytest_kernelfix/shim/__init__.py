@@ -1,4 +1,4 @@
-"""CPU shim that lets GPU-minded Triton code run on the interpreter (issue 5).
+"""CPU shim that lets GPU-minded Triton code run on the Triton interpreter.
 
 ``install()`` is called after ``TRITON_INTERPRET=1`` is set and before kernel modules
 are imported, in the pytest session and in every rerun subprocess. It puts in place
