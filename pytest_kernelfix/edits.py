@@ -84,7 +84,11 @@ def parse_modifications(text: str) -> ParsedResponse:
         found, json_problem = None, str(exc)
     if found is None:
         lf_text = text.replace("\r\n", "\n")
-        found = _parse_search_replace(lf_text, text) or _parse_acr(lf_text, text)
+        found = (
+            _parse_search_replace(lf_text, text)
+            or _parse_acr(lf_text, text)
+            or _parse_unified_diff(lf_text, text)
+        )
     if found is not None:
         return found
     if json_problem:
@@ -302,6 +306,63 @@ def _parse_acr(text: str, raw: str) -> ParsedResponse | None:
         analysis=_prose(text[:first]),
         modifications=modifications,
         summary=_prose(text[blocks[-1].end() :]),
+        raw=raw,
+    )
+
+
+_HUNK_LINE = (" ", "-", "+")
+_DIFF_START = ("diff --git ", "--- ", "+++ ", "@@")
+
+
+def _parse_unified_diff(text: str, raw: str) -> ParsedResponse | None:
+    """Hunks of a unified diff, read as search/replace pairs.
+
+    Context and removed lines make ``old_string``, context and added lines
+    ``new_string``; the line numbers in ``@@`` headers are ignored, since models count
+    lines badly. A hunk without context or removed lines cannot be located: skipped.
+    """
+    lines = text.split("\n")
+    modifications: list[Modification] = []
+    file = ""
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        if line.startswith("+++ "):
+            name = line[4:].split("\t")[0].strip()
+            file = "" if name == "/dev/null" else name.removeprefix("b/")
+            continue
+        if not (line.startswith("@@") and line.count("@@") >= 2):
+            continue
+        old: list[str] = []
+        new: list[str] = []
+        while index < len(lines):
+            body = lines[index]
+            if body.startswith(("--- ", "+++ ", "@@")):
+                break
+            if body == "" and index + 1 < len(lines) and lines[index + 1][:1] in _HUNK_LINE:
+                body = " "  # a blank context line whose leading space was lost
+            if body.startswith("\\"):  # "\ No newline at end of file"
+                index += 1
+                continue
+            if body[:1] not in _HUNK_LINE:
+                break
+            if body[0] != "+":
+                old.append(body[1:])
+            if body[0] != "-":
+                new.append(body[1:])
+            index += 1
+        if any(line.strip() for line in old):
+            modifications.append(
+                Modification("\n".join(old), "\n".join(new), file=file)
+            )
+    if not modifications:
+        return None
+    first = next(n for n, line in enumerate(lines) if line.startswith(_DIFF_START))
+    return ParsedResponse(
+        analysis=_prose("\n".join(lines[:first])),
+        modifications=tuple(modifications),
+        summary="",
         raw=raw,
     )
 

@@ -172,3 +172,35 @@ def test_incomplete_modification_names_its_index(item: dict[str, object], proble
     with pytest.raises(ParseError, match=r"modifications\[1\]") as info:
         parse_modifications(text)
     assert problem in str(info.value)
+
+
+def test_unified_diff_hunks_become_search_replace_pairs() -> None:
+    """Line numbers are ignored: the hunk's text locates the edit."""
+    answer = (
+        "The offset should be a scale.\n```diff\n"
+        "diff --git a/kernels/ops.py b/kernels/ops.py\n--- a/kernels/ops.py\n"
+        "+++ b/kernels/ops.py\n@@ -40,4 +40,4 @@ def scale_kernel(\n"
+        "     x = tl.load(x_ptr + offsets, mask=mask)\n"
+        "\n"
+        "-    y = x + factor\n+    y = x * factor\n"
+        "     tl.store(y_ptr + offsets, y, mask=mask)\n"
+        "@@ -90,2 +90,3 @@\n def scale(x, factor):\n+    assert x.is_contiguous()\n"
+        "     y = torch.empty_like(x)\n"
+        "```\nDone."
+    )
+    parsed = parse_modifications(answer)
+    assert parsed.analysis == "The offset should be a scale."
+    first, second = parsed.modifications
+    assert first.file == second.file == "kernels/ops.py"
+    assert first.old_string == (
+        "    x = tl.load(x_ptr + offsets, mask=mask)\n\n    y = x + factor\n"
+        "    tl.store(y_ptr + offsets, y, mask=mask)"
+    )
+    assert first.new_string == first.old_string.replace("x + factor", "x * factor")
+    assert second.old_string == "def scale(x, factor):\n    y = torch.empty_like(x)"
+    assert "assert x.is_contiguous()" in second.new_string
+
+
+def test_a_diff_hunk_without_context_cannot_be_located() -> None:
+    with pytest.raises(ParseError, match="No edits were found"):
+        parse_modifications("--- a/k.py\n+++ b/k.py\n@@ -0,0 +1 @@\n+x = 1\n")
