@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def prepare(
     device: str, *, cuda_shim: bool = True, capability: tuple[int, int] = (9, 0)
@@ -21,6 +23,12 @@ def prepare(
         os.environ["TRITON_INTERPRET"] = "1"
         from pytest_kernelfix import shim
 
-        shim.install(cuda=cuda_shim, target_capability=capability)
+        try:
+            shim.install(cuda=cuda_shim, target_capability=capability)
+        except ImportError as error:
+            raise pytest.UsageError(
+                f"kernelfix: running kernels on the Triton interpreter needs triton, torch "
+                f"and numpy: {error}"
+            ) from None
     elif device == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)

@@ -72,7 +72,10 @@ class KernelfixSession:
         self.notes: list[str] = []
         self._progress_shown = False
         self.recorder = LaunchRecorder()
-        self.recorder.install()
+        try:
+            self.recorder.install()
+        except ImportError as error:  # no triton: heal from tracebacks alone
+            self.notes.append(f"kernel launches are not recorded: {error}")
 
     def close(self) -> None:
         self.recorder.uninstall()
