@@ -24,7 +24,7 @@ _FEEDBACK_TESTS = 3
 Runner = Callable[[RerunSpec], RerunResult]
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
@@ -80,7 +80,7 @@ class Verifier:
         self.nodeids = tuple(nodeids)
         self.regression = tuple(n for n in regression if n not in self.nodeids)
         self.launched = frozenset(launched)
-        self.protected = {path: sandbox.read(path) for path in protected}
+        self.protected = tuple(protected)
         self.runner = runner
         self.regression_baseline: frozenset[str] = frozenset(self.regression)
         self.written: dict[str, str] = {}
@@ -111,12 +111,15 @@ class Verifier:
         return result
 
     def _tampered(self) -> list[str]:
-        """Protected files whose sandbox bytes differ (or are gone), and written-through links."""
+        """Protected files whose sandbox bytes differ from the original tree's (or are
+        gone), and written-through links. The original is the reference: a snapshot of the
+        shared sandbox could already hold an earlier candidate's damage."""
         changed = []
-        for path, text in self.protected.items():
+        for path in self.protected:
             try:
-                same = self.sandbox.read(path) == text
-            except (OSError, UnicodeDecodeError):
+                same = (self.sandbox.path(path).read_bytes()
+                        == (self.sandbox.source / path).read_bytes())
+            except OSError:
                 same = False
             if not same:
                 changed.append(path)
@@ -131,6 +134,8 @@ class Verifier:
         result = self.runner(self._spec(self.nodeids + tuple(sorted(self.regression_baseline))))
         tampered = self._tampered()  # the candidate's code ran: did it write test files?
         if tampered:
+            for path in tampered:  # later rounds and bugs share this sandbox: undo it
+                self.sandbox.reset(path)
             return Verdict(False, f"the rerun changed test or data files: {', '.join(tampered)}",
                            "Running the patched code changed files it must not touch: "
                            + ", ".join(tampered), kind="tampered")
@@ -151,7 +156,7 @@ class Verifier:
             unfinished = result.missing(self.nodeids)
             return Verdict(
                 False,
-                _first_line(result.crash_reason),
+                first_line(result.crash_reason),
                 result.crash_reason
                 + (f"\nTests that never finished: {', '.join(unfinished[:5])}" if unfinished
                    else "")
@@ -160,7 +165,7 @@ class Verifier:
             )
         if result.collection_errors:
             errors = "\n".join(result.collection_errors)
-            return Verdict(False, f"tests could not be collected: {_first_line(errors)}",
+            return Verdict(False, f"tests could not be collected: {first_line(errors)}",
                            redact(truncate_log(errors)), kind="collection")
         if len(result.missing(self.nodeids)) == len(self.nodeids):
             return Verdict(False, no_outcomes(result), redact(truncate_log(result.output)),
@@ -173,7 +178,7 @@ class Verifier:
             summary = f"{len(failing)} of {len(self.nodeids)} failing tests still fail"
             if headline:
                 summary += f": {headline}"
-            return Verdict(False, _first_line(summary), "\n\n".join(shown) or summary,
+            return Verdict(False, first_line(summary), "\n\n".join(shown) or summary,
                            kind="failing")
         broken = [n for n in sorted(self.regression_baseline) if not result.passed([n])]
         if broken:
@@ -206,7 +211,7 @@ class Verifier:
             return Verdict(
                 False,
                 f"passes on the interpreter but does not compile for {target}: "
-                f"{_first_line(rejected[0].error)}",
+                f"{first_line(rejected[0].error)}",
                 "The tests pass on the Triton interpreter, but compiling the kernel for a real "
                 f"GPU ({target}) failed; the interpreter cannot see this:\n\n"
                 + "\n\n".join(gate.error for gate in rejected[:3]),

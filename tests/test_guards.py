@@ -378,6 +378,26 @@ def test_a_rerun_that_rewrites_a_test_file_is_rejected(project: Path) -> None:
     assert verdict.summary == "the rerun changed test or data files: tests/test_gelu.py"
 
 
+def test_a_rejected_rerun_does_not_poison_later_rounds_or_bugs(project: Path) -> None:
+    runs = iter([True, False, False])
+
+    def runner(spec: RerunSpec) -> RerunResult:
+        if next(runs):  # only the first candidate's run rewrites the test file
+            (spec.sandbox_root / "tests" / "test_gelu.py").write_text("def test_gelu():\n"
+                                                                      "    pass\n")
+        return _result(("tests/test_gelu.py::test_gelu", "passed", 1))
+
+    verifier, sandbox = _verifier(project, runner)
+    with sandbox:
+        assert verifier({PATH: GELU.replace("tl.tanh(u)", "tl.sigmoid(u)")}).kind == "tampered"
+        assert sandbox.read("tests/test_gelu.py") == (project / "tests/test_gelu.py").read_text()
+        assert verifier({PATH: GELU}).ok  # the next round is judged on its own
+        spec = RerunSpec(project, project, (), 10.0, True)
+        next_bug = Verifier(sandbox, spec, ["tests/test_gelu.py::test_gelu"], runner=runner,
+                            protected=["tests/test_gelu.py"])
+        assert next_bug({PATH: GELU}).ok
+
+
 def test_a_rerun_that_writes_through_a_hardlink_is_rejected(project: Path) -> None:
     data = project / "data.bin"
     data.write_bytes(b"\0" * 4096)
