@@ -36,7 +36,7 @@ from pytest_kernelfix.report import (
 )
 from pytest_kernelfix.rerun import RerunResult, RerunSpec
 from pytest_kernelfix.sandbox import Sandbox
-from pytest_kernelfix.verify import Verifier, gate_results, no_outcomes
+from pytest_kernelfix.verify import Verifier, first_line, gate_results, no_outcomes
 from pytest_kernelfix.writeback import StaleFileError, write_back
 
 Progress = Callable[[str], None]
@@ -106,8 +106,8 @@ def _did_not_reproduce(baseline: RerunResult, nodeids: Sequence[str]) -> str:
     if baseline.timed_out or baseline.crash_reason:
         return ""
     if baseline.collection_errors:
-        first = baseline.collection_errors[0].strip().splitlines()[:1]
-        return "the tests cannot be collected in the sandbox copy: " + (first[0] if first else "")
+        return ("the tests cannot be collected in the sandbox copy: "
+                + first_line(baseline.collection_errors[0]))
     if len(baseline.missing(nodeids)) == len(nodeids):
         return "the unpatched tests cannot be rerun in the sandbox: " + no_outcomes(baseline)
     if all(baseline.passed([n]) for n in nodeids):
