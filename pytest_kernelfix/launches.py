@@ -12,6 +12,7 @@ compile gate, which needs each launch's argument types and constexpr values.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
@@ -137,20 +138,26 @@ def _arg_type(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
+@functools.lru_cache(maxsize=1024)
+def _function_facts(fn: Callable[..., Any]) -> tuple[str, int, inspect.Signature]:
+    """What never changes between launches of one kernel: read once, not per launch."""
+    return (*definition_site(fn), inspect.signature(fn))
+
+
 def describe_launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KernelLaunch:
     """Build the record of one launch from the JIT object and the launch arguments."""
     fn = python_function(kernel)
     if fn is None:
         name = getattr(kernel, "__name__", type(kernel).__name__)
         return KernelLaunch(name=name, file="", line=0, exact=False)
-    file, line = definition_site(fn)
-    parameters = inspect.signature(fn).parameters
+    file, line, fn_signature = _function_facts(fn)
+    parameters = fn_signature.parameters
     call_kwargs = {k: v for k, v in kwargs.items() if k in parameters}
     options = tuple(
         (key, int(kwargs[key])) for key in COMPILE_OPTIONS if isinstance(kwargs.get(key), int)
     )
     try:
-        bound = inspect.signature(fn).bind_partial(*args, **call_kwargs)
+        bound = fn_signature.bind_partial(*args, **call_kwargs)
         bound.apply_defaults()
         values = bound.arguments
     except TypeError:
