@@ -6,14 +6,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pytest_kernelfix.capture import is_within
 from pytest_kernelfix.failure import ErrorInfo
+from pytest_kernelfix.grouping import BugGroup, relative
 from pytest_kernelfix.redact import redact
-
-if TYPE_CHECKING:
-    from pytest_kernelfix.grouping import BugGroup
 
 
 @dataclass(frozen=True)
@@ -82,8 +79,6 @@ def truncate_log(
 
 def kernel_lines(error: ErrorInfo, root: Path, editable: tuple[str, ...]) -> tuple[str, ...]:
     """Traceback lines inside editable files, closest to the fault last."""
-    from pytest_kernelfix.grouping import relative
-
     lines = []
     for frame in error.frames:
         if not is_within(frame.path, root):
@@ -159,6 +154,4 @@ def build_context(
 
 
 def relative_or_name(path: str, root: Path) -> str:
-    from pytest_kernelfix.grouping import relative
-
     return relative(path, root) if is_within(path, root) else Path(path).name
