@@ -237,3 +237,15 @@ def test_resolve_file_accepts_prefixed_and_bare_names() -> None:
     assert resolve_file("gelu.py", editable) == ("kernels/gelu.py", "")
     assert resolve_file("b/kernels/softmax.py", editable) == ("kernels/softmax.py", "")
     assert resolve_file("tests/test_gelu.py", editable)[0] == ""
+
+
+def test_a_hook_answer_string_is_read_like_a_model_answer() -> None:
+    from pytest_kernelfix.fixers.hook import as_proposal
+
+    text = '{"modifications": [{"old_string": "v + factor", "new_string": "v * factor"}]}'
+    proposal = as_proposal(text, "hook")
+    assert proposal.modifications == (Modification("v + factor", "v * factor"),)
+    assert proposal.raw == text and proposal.source == "hook"
+    unreadable = as_proposal("I would rather not.", "hook")
+    assert unreadable.modifications == () and "No edits were found" in unreadable.parse_error
+    assert "answer too large" in as_proposal("x" * 1_000_001, "hook").parse_error

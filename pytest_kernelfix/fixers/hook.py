@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pytest_kernelfix.edits import Modification, ParsedResponse, ParseError, parse_modifications
-from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest
+from pytest_kernelfix.edits import Modification, ParsedResponse
+from pytest_kernelfix.fixers.answer import read_answer
+from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
 
 
 def as_proposal(answer: Any, source: str) -> Proposal:
@@ -17,11 +18,7 @@ def as_proposal(answer: Any, source: str) -> Proposal:
     if isinstance(answer, ParsedResponse):
         return Proposal(answer.modifications, answer.raw, answer.analysis, source=source)
     if isinstance(answer, str):
-        try:
-            parsed = parse_modifications(answer)
-        except ParseError as error:
-            return Proposal((), answer, parse_error=str(error), source=source)
-        return Proposal(parsed.modifications, answer, parsed.analysis, source=source)
+        return read_answer(answer, usage=Usage(), source=source)
     if isinstance(answer, Sequence) and all(isinstance(m, Modification) for m in answer):
         return Proposal(tuple(answer), source=source)
     raise FixerError(
