@@ -31,8 +31,8 @@ from pathlib import Path
 import rapidfuzz
 from rapidfuzz import fuzz, process
 
-from pytest_kernelfix.apply import apply_modifications, clear_caches
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.engine.splice import apply_modifications, clear_caches
 
 MARK = "  # kernelfix"
 APPLY_KINDS = (

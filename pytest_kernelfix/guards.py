@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.files import resolve_file
+from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.grouping import DEFAULT_TEST_PATTERNS, MAX_EDITABLE_BYTES, is_test_file
-from pytest_kernelfix.heal import Guard, resolve_file
+from pytest_kernelfix.outcomes import Guard
 from pytest_kernelfix.redact import MARKER
 
 Check = Callable[[Mapping[str, str], Mapping[str, str], Sequence[Modification]], str]

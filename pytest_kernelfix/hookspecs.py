@@ -16,7 +16,7 @@ def pytest_kernelfix_propose(request: ProposalRequest, config: pytest.Config) ->
 
     Return ``None`` to let the configured fixer (model, cassette or recipes) answer.
     Otherwise return a :class:`~pytest_kernelfix.fixers.base.Proposal`, a list of
-    :class:`~pytest_kernelfix.edits.Modification`, or a model-style answer string (JSON
+    :class:`~pytest_kernelfix.engine.parse.Modification`, or a model-style answer string (JSON
     edits or SEARCH/REPLACE blocks), which is parsed like a model's answer. The edits go
     through the same matcher, guards and verification as any other.
     """

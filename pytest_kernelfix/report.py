@@ -18,7 +18,7 @@ from pytest_kernelfix import __version__
 from pytest_kernelfix.atomic import replace_file
 from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.grouping import BugGroup
-from pytest_kernelfix.heal import HEALED, HealResult
+from pytest_kernelfix.outcomes import HEALED, HealResult
 from pytest_kernelfix.redact import redact
 
 SCHEMA_VERSION = 1

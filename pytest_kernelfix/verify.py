@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pytest_kernelfix.context import truncate_log
 from pytest_kernelfix.gate import GateResult
-from pytest_kernelfix.heal import Verdict
+from pytest_kernelfix.outcomes import Verdict
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun import RerunResult, RerunSpec, TestOutcome, run_tests
 from pytest_kernelfix.sandbox import Sandbox

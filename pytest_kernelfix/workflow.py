@@ -27,7 +27,8 @@ from pytest_kernelfix.grouping import (
     regression_nodeids,
     relative,
 )
-from pytest_kernelfix.heal import HEALED, SKIPPED, Guard, HealResult, RoundRecord, heal
+from pytest_kernelfix.heal import heal
+from pytest_kernelfix.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
 from pytest_kernelfix.report import (
     BugReport,
     SessionReport,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.apply import DiffResult, apply_modifications, unified_diff
-from pytest_kernelfix.edits import Modification, parse_modifications
+from pytest_kernelfix.engine.parse import Modification, parse_modifications
+from pytest_kernelfix.engine.splice import DiffResult, apply_modifications, unified_diff
 
 KERNEL = """\
 import triton

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_kernelfix.edits import Modification, ParseError, parse_modifications
+from pytest_kernelfix.engine.parse import Modification, ParseError, parse_modifications
 
 OLD = "    x = tl.load(x_ptr + offs)\n"
 NEW = "    x = tl.load(x_ptr + offs, mask=mask)\n"

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pytest_kernelfix.apply import apply_modifications, unified_diff
-from pytest_kernelfix.edits import Modification
-from pytest_kernelfix.matcher import Match, find_match, line_span
+from pytest_kernelfix.engine.match import Match, find_match, line_span
+from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.engine.splice import apply_modifications, unified_diff
 
 TOKENS = ["x", "y", "acc", "=", "+", "*", "1", "2", "tl.load(p)", "mask", "offs", "(", ")", ":"]
 LINE = st.builds(

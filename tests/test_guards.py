@@ -14,13 +14,15 @@ import pytest
 
 from pytest_kernelfix.capture import Failure
 from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.files import apply_proposal
+from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
 from pytest_kernelfix.grouping import MAX_EDITABLE_BYTES, editable_files, group_failures
 from pytest_kernelfix.guards import build_guard
-from pytest_kernelfix.heal import UNHEALED, Verdict, apply_proposal, heal
+from pytest_kernelfix.heal import heal
 from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.outcomes import UNHEALED, Verdict
 from pytest_kernelfix.rerun import RerunResult, RerunSpec, TestOutcome
 from pytest_kernelfix.sandbox import Sandbox
 from pytest_kernelfix.verify import Verifier

@@ -11,17 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 import pytest
 
 from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.files import apply_proposal, resolve_file
+from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
-from pytest_kernelfix.heal import (
-    HEALED,
-    UNHEALED,
-    Verdict,
-    apply_proposal,
-    heal,
-    resolve_file,
-)
+from pytest_kernelfix.heal import heal
+from pytest_kernelfix.outcomes import HEALED, UNHEALED, Verdict
 
 BUGGY = '''def scale(values, factor):
     out = []

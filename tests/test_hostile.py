@@ -29,7 +29,8 @@ from pytest_kernelfix.context import BugContext, SourceFile
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.replay import ReplayFixer
 from pytest_kernelfix.guards import build_guard
-from pytest_kernelfix.heal import UNHEALED, Verdict, heal
+from pytest_kernelfix.heal import heal
+from pytest_kernelfix.outcomes import UNHEALED, Verdict
 
 EXAMPLE = Path(__file__).parents[1] / "example_project"
 TIMEOUT = 20.0  # seconds per sandbox rerun: the endless loops end here

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rapidfuzz import fuzz
 
-from pytest_kernelfix.matcher import (
+from pytest_kernelfix.engine.match import (
     Ambiguous,
     Match,
     NoMatch,

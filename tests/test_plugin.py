@@ -192,7 +192,7 @@ def test_conftest_hook_supplies_the_edits(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     pytester.makeconftest(
         """
-        from pytest_kernelfix.edits import Modification
+        from pytest_kernelfix.engine.parse import Modification
 
         def pytest_kernelfix_propose(request, config):
             assert request.context.editable[0].path == "kernels/ops.py"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame, describe_exception
 from pytest_kernelfix.fixers.base import FixerError, ProposalRequest
 from pytest_kernelfix.fixers.recipes import RecipeFixer, line_edits, rewrite_tanh

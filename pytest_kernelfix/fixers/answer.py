@@ -8,7 +8,7 @@ back to the model next round.
 
 from __future__ import annotations
 
-from pytest_kernelfix.edits import FORMAT_HINT, ParseError, parse_modifications
+from pytest_kernelfix.engine.parse import FORMAT_HINT, ParseError, parse_modifications
 from pytest_kernelfix.fixers.base import Proposal, Usage
 
 #: Answers longer than this are refused unread: a runaway generation, not a fix.

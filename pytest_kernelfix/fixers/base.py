@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.parse import Modification
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pytest_kernelfix.edits import Modification, ParsedResponse
+from pytest_kernelfix.engine.parse import Modification, ParsedResponse
 from pytest_kernelfix.fixers.answer import read_answer
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.edits import Modification
+from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
 

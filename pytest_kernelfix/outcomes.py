@@ -1,0 +1,69 @@
+"""How candidates and bugs end: the values the loop, the verifier, the guards and the
+report share.
+
+They live apart from the loop (:mod:`pytest_kernelfix.heal`) so that the stages which
+produce or read them (``verify``, ``guards``, ``report``) depend on data, not on the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pytest_kernelfix.engine.files import EditOutcome, cumulative_diff
+from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.fixers.base import Usage
+
+HEALED, UNHEALED, SKIPPED = "healed", "unhealed", "skipped"
+#: Every status a bug can end with, in report order.
+STATUSES = (HEALED, UNHEALED, SKIPPED)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a candidate fared: ``ok`` only when every check passed.
+
+    ``summary`` is one line for the report; ``feedback`` is what the model is shown
+    next round (the new failure, the crash, the broken tests).
+    """
+
+    ok: bool
+    summary: str
+    feedback: str = ""
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    round: int
+    source: str
+    edits: tuple[EditOutcome, ...]
+    outcome: str
+    usage: Usage = field(default_factory=Usage)
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class HealResult:
+    """The end of one bug's heal. ``final`` holds the winning text of changed files."""
+
+    group_id: str
+    status: str
+    reason: str
+    rounds: tuple[RoundRecord, ...] = ()
+    original: Mapping[str, str] = field(default_factory=dict)
+    final: Mapping[str, str] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    seconds: float = 0.0
+
+    @property
+    def changed_files(self) -> tuple[str, ...]:
+        return tuple(path for path, text in self.final.items() if self.original.get(path) != text)
+
+    @property
+    def patch(self) -> str:
+        return cumulative_diff(self.original, self.final)
+
+
+#: A static check on a candidate: (files before, files after, edits) -> "" or the reason.
+Guard = Callable[[Mapping[str, str], Mapping[str, str], Sequence[Modification]], str]
