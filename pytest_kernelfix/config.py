@@ -15,10 +15,9 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_kernelfix.target import DEFAULT_TARGET
+
 DEVICES = ("auto", "cuda", "interpret")
-#: Set in a rerun child: the plugin stays out of reruns (their agent runs instead).
-RERUN_PLAN_ENV = "KERNELFIX_RERUN_PLAN"
-DEFAULT_TARGET = "cuda:90"
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
            "int", metavar="N"),
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
-           "cuda:80... or off (default: cuda:90)", DEFAULT_TARGET, metavar="TARGET"),
+           f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
            "queries to the CPU (default: true)", True, "bool"),
     Option("kernelfix_sandbox_exclude", "Glob patterns (relative to the rootdir) left out of "
@@ -210,10 +209,6 @@ class Settings:
     paths: tuple[str, ...]
     rootdir: Path
 
-    @property
-    def gate_enabled(self) -> bool:
-        return self.target.lower() not in ("", "off", "none")
-
 
 def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
     """Build :class:`Settings`; raises :class:`pytest.UsageError` on a bad value."""
@@ -262,14 +257,6 @@ def device_requested(config: pytest.Config, namespace: Any = None) -> bool:
     if cli_given(config, "kernelfix_device", namespace):
         return True
     return bool(str(config.getini("kernelfix_device")).strip())
-
-
-def target_capability(target: str) -> tuple[int, int]:
-    """The CUDA compute capability a ``cuda:NN`` target names; sm_90 otherwise."""
-    backend, _, arch = target.partition(":")
-    if backend == "cuda" and arch.isdigit() and len(arch) >= 2:
-        return int(arch[:-1]), int(arch[-1])
-    return (9, 0)
 
 
 def resolve_device(requested: str, detect_cuda: Callable[[], bool] | None = None) -> str:

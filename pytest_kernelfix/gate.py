@@ -38,7 +38,6 @@ from typing import Any
 from pytest_kernelfix.launches import KernelLaunch, constexpr_value, python_function
 from pytest_kernelfix.shim.devices import known_capabilities, shared_limit
 
-DEFAULT_TARGET = "cuda:90"
 RESULT_DIR = "kernelfix-gate"
 _HIP_SHARED = {"gfx90a": 65536, "gfx942": 65536, "gfx950": 163840}
 _MAX_ERROR_LINE = 400

@@ -26,12 +26,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_kernelfix.config import RERUN_PLAN_ENV
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
-
-#: Environment variable naming the JSON plan file that the child's agent reads.
-PLAN_ENV = RERUN_PLAN_ENV
+from pytest_kernelfix.rerun_plan import PLAN_ENV, DevicePlan, RerunPlan
 
 #: How much of the child's merged stdout/stderr a result keeps.
 OUTPUT_TAIL = 8 * 1024
@@ -43,24 +40,34 @@ Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
 
 
 @dataclass(frozen=True)
-class RerunSpec:
-    """Which tests to rerun where, and how the suite is configured.
+class RerunSetup:
+    """What every rerun of one session shares: the suite's configuration and the device.
 
-    ``addopts`` are the suite's ini ``addopts`` (they replace the ini value in the
-    child, after :func:`filter_addopts`); ``plan`` is handed untouched, as JSON, to the
-    agent in the child.
+    ``addopts`` are the suite's ini ``addopts`` (they replace the ini value in the child,
+    after :func:`filter_addopts`); ``extra_args`` are the session's own options a rerun
+    keeps (plugins, import mode); ``device`` goes to the child's agent in the plan.
     """
 
-    sandbox_root: Path
     original_root: Path
-    nodeids: tuple[str, ...]
     timeout: float
-    interpret: bool
+    device: DevicePlan = field(default_factory=DevicePlan)
     addopts: tuple[str, ...] = ()
     inifile: Path | None = None
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    plan: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RerunSpec:
+    """One rerun: these tests, in this sandbox copy, the session's way."""
+
+    setup: RerunSetup
+    sandbox_root: Path
+    nodeids: tuple[str, ...]
+
+    @property
+    def original_root(self) -> Path:
+        return self.setup.original_root
 
 
 @dataclass(frozen=True)
@@ -328,6 +335,38 @@ def map_root_paths(args: Sequence[str], source: Path, target: Path) -> tuple[str
     return tuple(mapped)
 
 
+#: Command-line options of the session that reruns must keep (plugins, import mode).
+_CARRIED_WITH_VALUE = ("-p", "-W", "--pythonwarnings", "--import-mode", "-o", "--override-ini")
+_CARRIED_FLAGS = ("--strict-markers", "--strict-config", "--strict")
+
+
+def carried_args(args: Sequence[str]) -> tuple[str, ...]:
+    """The session's own options a rerun of a few nodeids needs too.
+
+    Paths, selections and report options stay behind; so do ``-o addopts=...`` (the
+    rerun sets its own filtered ``addopts``) and ``-p kernelfix``.
+    """
+    kept: list[str] = []
+    remaining = iter(args)
+    for arg in remaining:
+        if arg in _CARRIED_FLAGS:
+            kept.append(arg)
+            continue
+        if arg.startswith("--"):
+            name, _, value = arg.partition("=")
+        else:
+            name, value = arg[:2], arg[2:]
+        if name not in _CARRIED_WITH_VALUE:
+            continue
+        value = value or next(remaining, "")
+        dropped = (name in ("-o", "--override-ini") and value.startswith("addopts=")) or (
+            name == "-p" and value in ("kernelfix", "no:kernelfix")
+        )
+        if value and not dropped:
+            kept += [name, value]
+    return tuple(kept)
+
+
 # -- the child's command line and environment ---------------------------------------------
 
 _DROPPED_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", PLAN_ENV})
@@ -346,9 +385,9 @@ def child_env(base: Mapping[str, str], spec: RerunSpec, plan_file: Path) -> dict
     if "PYTEST_PLUGINS" in env:  # loading the healer by module name would bypass -p no:
         env["PYTEST_PLUGINS"] = ",".join(plugins)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if spec.interpret:
+    if spec.setup.device.interpret:
         env["TRITON_INTERPRET"] = "1"
-    env.update(spec.env)
+    env.update(spec.setup.env)
     env[PLAN_ENV] = str(plan_file)
     return env
 
@@ -357,7 +396,8 @@ def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
     """``python -c BOOTSTRAP NODEIDS ...``: pytest with the agent, in the sandbox."""
     sandbox = Path(spec.sandbox_root)
     original = Path(spec.original_root)
-    addopts = map_root_paths(filter_addopts(spec.addopts), original, sandbox)
+    setup = spec.setup
+    addopts = map_root_paths(filter_addopts(setup.addopts), original, sandbox)
     command = [
         python, "-c", BOOTSTRAP, *spec.nodeids,
         "-p", "no:kernelfix",
@@ -365,26 +405,26 @@ def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
         "-p", "no:cacheprovider",
         "--rootdir", str(sandbox),
     ]
-    if spec.inifile is not None:
-        command += ["-c", map_root_paths([str(spec.inifile)], original, sandbox)[0]]
+    if setup.inifile is not None:
+        command += ["-c", map_root_paths([str(setup.inifile)], original, sandbox)[0]]
     command += [
         "-o", "addopts=" + shlex.join(addopts),
         "--continue-on-collection-errors",
-        *map_root_paths(spec.extra_args, original, sandbox),
+        *map_root_paths(setup.extra_args, original, sandbox),
     ]
     return command
 
 
-def plan_json(spec: RerunSpec, work: Path) -> dict[str, Any]:
-    """What the agent reads: the roots to map imports between, where to write, options."""
-    return {
-        "original_root": str(spec.original_root),
-        "sandbox_root": str(spec.sandbox_root),
-        "output": str(work / "results.jsonl"),
-        "alias_dir": str(work / "imports"),
-        "nodeids": list(spec.nodeids),
-        "options": dict(spec.plan),
-    }
+def rerun_plan(spec: RerunSpec, work: Path) -> RerunPlan:
+    """What the agent reads: the roots to map imports between, where to write, the device."""
+    return RerunPlan(
+        original_root=str(spec.original_root),
+        sandbox_root=str(spec.sandbox_root),
+        output=str(work / "results.jsonl"),
+        alias_dir=str(work / "imports"),
+        nodeids=spec.nodeids,
+        device=spec.setup.device,
+    )
 
 
 # -- running ---------------------------------------------------------------------------
@@ -396,18 +436,18 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable) -> RerunResult:
     try:
         plan_file = work / "plan.json"
         log = work / "output.log"
-        plan = plan_json(spec, work)
-        plan_file.write_text(json.dumps(plan, default=str), encoding="utf-8")
+        plan = rerun_plan(spec, work)
+        plan.write(plan_file)
         start = time.monotonic()
         returncode, timed_out = _run_group(
             build_command(spec, python),
             cwd=Path(spec.sandbox_root),
             env=child_env(os.environ, spec, plan_file),
-            timeout=spec.timeout,
+            timeout=spec.setup.timeout,
             log=log,
         )
         seconds = time.monotonic() - start
-        data = read_results(Path(plan["output"]))
+        data = read_results(Path(plan.output))
         output = _tail(log, OUTPUT_TAIL)
     finally:
         shutil.rmtree(work, ignore_errors=True)

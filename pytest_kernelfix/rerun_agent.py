@@ -18,7 +18,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import (
     ExtensionFileLoader,
@@ -34,22 +34,14 @@ import pytest
 
 from pytest_kernelfix.failure import ErrorInfo, describe_exception
 from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
-from pytest_kernelfix.rerun import PLAN_ENV, TestOutcome
+from pytest_kernelfix.rerun import TestOutcome
+from pytest_kernelfix.rerun_plan import RerunPlan, load_plan
 
 #: Loaders rebuilt on the twin path as they are; other loaders are chosen by suffix.
 _FILE_LOADERS = (SourceFileLoader, SourcelessFileLoader, ExtensionFileLoader)
 
 #: Longest longrepr kept per test (head and tail), so the results file stays small.
 _MAX_LONGREPR = 40_000
-
-
-def load_plan(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
-    """The plan the parent wrote, or None outside a rerun."""
-    path = environ.get(PLAN_ENV)
-    if not path:
-        return None
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else None
 
 
 # -- import mapping ----------------------------------------------------------------------
@@ -225,9 +217,7 @@ def main() -> None:
     """Entry point of the rerun child (``python -c BOOTSTRAP pytest-args...``)."""
     plan = load_plan()
     if plan is not None:
-        install_import_mapping(
-            plan["original_root"], plan["sandbox_root"], plan.get("alias_dir") or None
-        )
+        install_import_mapping(plan.original_root, plan.sandbox_root, plan.alias_dir or None)
     if sys.path and sys.path[0] == "":
         sys.path[0] = os.getcwd()  # what ``python -m pytest`` puts there
     # pytest marks its plugins' packages for assertion rewriting and warns (an error
@@ -249,11 +239,10 @@ class RerunAgent:
     than a short one per test.
     """
 
-    def __init__(self, config: pytest.Config, plan: Mapping[str, Any]) -> None:
+    def __init__(self, config: pytest.Config, plan: RerunPlan) -> None:
         self.config = config
-        self.output = Path(plan["output"])
-        options = plan.get("options", {})
-        self.options: Mapping[str, Any] = options if isinstance(options, dict) else {}
+        self.plan = plan
+        self.output = Path(plan.output)
         self.recorder = LaunchRecorder()
         self.kernels: dict[KernelLaunch, object] = {}  # every launch of the run, for the gate
         self._reports: dict[str, list[pytest.TestReport]] = {}
@@ -328,23 +317,22 @@ class RerunAgent:
         self.emit("test", **result.to_json())
 
     def pytest_sessionfinish(self) -> None:
-        target = self.options.get("gate_target")
-        if target:
-            self.set_extra("gate", self._gate(str(target)))
+        if self.plan.device.gate:
+            self.set_extra("gate", self._gate(self.plan.device.gate_target))
 
     def _gate(self, target: str) -> list[dict[str, Any]]:
         """Compile every project kernel the rerun launched for a real GPU target."""
         from pytest_kernelfix.gate import GateResult, compile_launch, parse_target
 
         root = str(self.config.rootpath) + os.sep
-        cache_dir = self.options.get("cache_dir")
+        cache_dir = self.plan.device.cache_dir
         results = []
         for launch, kernel in self.kernels.items():
             if not launch.file.startswith(root):
                 continue  # installed packages' kernels are not the project's to fix
             try:
                 result = compile_launch(kernel, launch, parse_target(target),
-                                        cache_dir=str(cache_dir) if cache_dir else None)
+                                        cache_dir=cache_dir or None)
             except Exception as exc:  # the gate must never cost the rerun its outcomes
                 note = f"gate skipped {launch.name}: {type(exc).__name__}: {exc}"
                 result = GateResult(launch.name, launch.file, launch.line, True, note, 0, 0.0,
@@ -444,14 +432,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Prepare the device as the session did, before conftest files import kernels."""
     plan = load_plan()
-    options = plan.get("options", {}) if plan is not None else {}
-    if not isinstance(options, dict) or not options.get("shim"):
+    if plan is None or not plan.device.interpret:
         return
     from pytest_kernelfix.device import prepare
 
-    capability = options.get("capability") or (9, 0)
-    prepare("interpret", cuda_shim=bool(options.get("cuda_shim", True)),
-            capability=(int(capability[0]), int(capability[1])))
+    prepare("interpret", cuda_shim=plan.device.cuda_shim, capability=plan.device.capability)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -476,5 +461,5 @@ agent_key = pytest.StashKey[RerunAgent]()
 
 
 def agent_of(config: pytest.Config) -> RerunAgent | None:
-    """The agent of this rerun (its ``options`` are the parent's plan), or None."""
+    """The agent of this rerun (its ``plan`` is the parent's), or None."""
     return config.stash.get(agent_key, None)

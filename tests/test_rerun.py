@@ -18,6 +18,7 @@ import pytest
 from pytest_kernelfix.rerun import (
     PLAN_ENV,
     RerunResult,
+    RerunSetup,
     RerunSpec,
     TestOutcome,
     build_command,
@@ -28,6 +29,7 @@ from pytest_kernelfix.rerun import (
     run_tests,
     signal_name,
 )
+from pytest_kernelfix.rerun_plan import DevicePlan, RerunPlan
 from pytest_kernelfix.sandbox import Sandbox
 
 
@@ -39,9 +41,15 @@ def write_files(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def spec_for(sandbox: Sandbox, *nodeids: str, **options: object) -> RerunSpec:
-    settings: dict[str, object] = {"timeout": 60.0, "interpret": True, **options}
-    return RerunSpec(sandbox.root, sandbox.source, tuple(nodeids), **settings)  # type: ignore[arg-type]
+INTERPRET = DevicePlan(interpret=True)
+
+
+def spec_for(
+    sandbox: Sandbox, *nodeids: str, timeout: float = 60.0, device: DevicePlan = INTERPRET,
+    **setup: object,
+) -> RerunSpec:
+    return RerunSpec(RerunSetup(sandbox.source, timeout, device, **setup),  # type: ignore[arg-type]
+                     sandbox.root, tuple(nodeids))
 
 
 @pytest.fixture
@@ -96,7 +104,8 @@ def test_map_root_paths_points_absolute_paths_at_the_sandbox(tmp_path: Path) -> 
 
 
 def test_child_env_drops_the_parents_pytest_state(tmp_path: Path) -> None:
-    spec = RerunSpec(tmp_path, tmp_path, ("t.py::a",), 10.0, True, env={"EXTRA": "1"})
+    setup = RerunSetup(tmp_path, 10.0, DevicePlan(interpret=True), env={"EXTRA": "1"})
+    spec = RerunSpec(setup, tmp_path, ("t.py::a",))
     parent = {
         "PATH": "/bin", "PYTEST_ADDOPTS": "-x", "PYTEST_XDIST_WORKER": "gw1",
         "PYTEST_XDIST_TESTRUNUID": "u", "PYTEST_XDIST_WORKER_COUNT": "2",
@@ -108,15 +117,16 @@ def test_child_env_drops_the_parents_pytest_state(tmp_path: Path) -> None:
         "PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1", "TRITON_INTERPRET": "1", "EXTRA": "1",
         PLAN_ENV: str(tmp_path / "plan.json"), "PYTEST_PLUGINS": "myplugin",
     }
-    assert "TRITON_INTERPRET" not in child_env({}, RerunSpec(
-        tmp_path, tmp_path, (), 1.0, False), tmp_path / "p")
+    on_gpu = RerunSpec(RerunSetup(tmp_path, 1.0, DevicePlan(interpret=False)), tmp_path, ())
+    assert "TRITON_INTERPRET" not in child_env({}, on_gpu, tmp_path / "p")
 
 
 def test_build_command_runs_pytest_with_the_agent_in_the_sandbox(tmp_path: Path) -> None:
     original, sandbox = tmp_path / "proj", tmp_path / "box/proj"
-    spec = RerunSpec(sandbox, original, ("tests/t.py::a",), 10.0, True,
-                     addopts=("-x", "-p", "xdist", f"--confcutdir={original}"),
-                     inifile=original / "pytest.ini", extra_args=("-q",))
+    setup = RerunSetup(original, 10.0, DevicePlan(interpret=True),
+                       addopts=("-x", "-p", "xdist", f"--confcutdir={original}"),
+                       inifile=original / "pytest.ini", extra_args=("-q",))
+    spec = RerunSpec(setup, sandbox, ("tests/t.py::a",))
     command = build_command(spec, python="py")
     assert command[:2] == ["py", "-c"]
     assert command[3] == "tests/t.py::a"
@@ -416,14 +426,18 @@ def test_plan_reaches_the_agent_and_extra_comes_back(
 
             def pytest_sessionstart(session):
                 agent = agent_of(session.config)
-                agent.set_extra("echo", dict(agent.options))
+                agent.set_extra("echo", agent.plan.to_json())
         """,
         "test_plan.py": "def test_ok():\n    pass\n",
     })
-    plan = {"shim": True, "gate_target": ["cuda", 90, 32], "cache_dir": str(root / "cache")}
-    result = run_tests(spec_for(sandbox, "test_plan.py::test_ok", plan=plan))
+    device = DevicePlan(interpret=True, cuda_shim=False, capability=(8, 0),
+                        gate_target="cuda:80", cache_dir=str(root / "cache"))
+    result = run_tests(spec_for(sandbox, "test_plan.py::test_ok", device=device))
     assert result.passed(["test_plan.py::test_ok"])
-    assert result.extra["echo"] == plan
+    echoed = RerunPlan.from_json(result.extra["echo"])  # type: ignore[arg-type]
+    assert echoed.device == device  # the typed plan arrives whole
+    assert echoed.nodeids == ("test_plan.py::test_ok",)
+    assert echoed.original_root == str(sandbox.source)
     assert result.extra["launch_recording"] is True
 
 

@@ -1,0 +1,140 @@
+"""The contract between a session and its rerun child: one typed, versioned plan.
+
+The session writes the plan as JSON beside each rerun and names the file in
+:data:`PLAN_ENV`; the child's agent reads it before pytest starts. Both sides build and
+read it through these classes only, so a renamed field or a changed default cannot
+silently turn off the interpreter, the CPU shim or the compile gate in the child: a plan
+of another version, or with a missing field, is refused with a :class:`PlanError`.
+
+Import-light (standard library only): the child reads it before anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enabled
+
+#: Bumped whenever a field changes meaning; a child refuses any other version.
+PLAN_VERSION = 1
+#: Names the plan file in a rerun child; its presence also keeps the plugin out of it.
+PLAN_ENV = "KERNELFIX_RERUN_PLAN"
+
+
+class PlanError(ValueError):
+    """A plan file that this version of the plugin cannot read."""
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """How a rerun child prepares its device before conftest files import kernels.
+
+    ``interpret`` runs kernels on the Triton interpreter with the CPU shim; ``cuda_shim``
+    maps ``device="cuda"`` to the CPU there; ``capability`` is what the shim's
+    ``torch.cuda`` answers; ``gate_target`` is the GPU the compile gate builds every
+    launched kernel for ("" when the gate is off); ``cache_dir`` holds the gate's cache.
+    """
+
+    interpret: bool = False
+    cuda_shim: bool = True
+    capability: tuple[int, int] = DEFAULT_CAPABILITY
+    gate_target: str = ""
+    cache_dir: str = ""
+
+    @property
+    def gate(self) -> bool:
+        return bool(self.gate_target)
+
+    @property
+    def mode(self) -> str:
+        return "interpret" if self.interpret else "cuda"
+
+
+def device_plan(*, device: str, cuda_shim: bool, target: str, cache_dir: Path) -> DevicePlan:
+    """The one place that decides what a rerun child runs on, and whether the gate runs.
+
+    ``device`` is the resolved device (``cuda`` or ``interpret``). The gate runs only on
+    the interpreter: on a GPU the real compiler already ran.
+    """
+    interpret = device == "interpret"
+    return DevicePlan(
+        interpret=interpret,
+        cuda_shim=cuda_shim,
+        capability=capability_of(target),
+        gate_target=target.strip() if interpret and gate_enabled(target) else "",
+        cache_dir=str(cache_dir),
+    )
+
+
+@dataclass(frozen=True)
+class RerunPlan:
+    """Everything the child's agent needs: roots to map imports between, where to write
+    outcomes, which tests, and the device."""
+
+    original_root: str
+    sandbox_root: str
+    output: str
+    alias_dir: str
+    nodeids: tuple[str, ...]
+    device: DevicePlan = field(default_factory=DevicePlan)
+    version: int = PLAN_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["nodeids"] = list(self.nodeids)
+        data["device"]["capability"] = list(self.device.capability)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RerunPlan:
+        if not isinstance(data, Mapping):
+            raise PlanError("a rerun plan must be a JSON object")
+        version = data.get("version")
+        if version != PLAN_VERSION:
+            raise PlanError(f"rerun plan version {version!r} is not {PLAN_VERSION}: the "
+                            "session and its rerun child run different plugin versions")
+        try:
+            device = dict(data["device"])
+            major, minor = device["capability"]
+            return cls(
+                original_root=str(data["original_root"]),
+                sandbox_root=str(data["sandbox_root"]),
+                output=str(data["output"]),
+                alias_dir=str(data["alias_dir"]),
+                nodeids=tuple(str(n) for n in data["nodeids"]),
+                device=DevicePlan(
+                    interpret=_bool(device["interpret"]),
+                    cuda_shim=_bool(device["cuda_shim"]),
+                    capability=(int(major), int(minor)),
+                    gate_target=str(device["gate_target"]),
+                    cache_dir=str(device["cache_dir"]),
+                ),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise PlanError(f"rerun plan is incomplete or malformed: {error!r}") from None
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json()), encoding="utf-8")
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def load_plan(environ: Mapping[str, str] = os.environ) -> RerunPlan | None:
+    """The plan of this rerun child, or None outside a rerun."""
+    path = environ.get(PLAN_ENV)
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise PlanError(f"rerun plan {path} cannot be read: {error}") from None
+    return RerunPlan.from_json(data)

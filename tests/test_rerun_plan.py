@@ -1,0 +1,88 @@
+"""The typed rerun contract: one default target, one place deciding the gate, a versioned plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelfix.rerun import carried_args
+from pytest_kernelfix.rerun_plan import (
+    PLAN_ENV,
+    PLAN_VERSION,
+    DevicePlan,
+    PlanError,
+    RerunPlan,
+    device_plan,
+    load_plan,
+)
+from pytest_kernelfix.target import DEFAULT_CAPABILITY, DEFAULT_TARGET, capability_of, gate_enabled
+
+
+def plan(**device: object) -> RerunPlan:
+    return RerunPlan("/proj", "/tmp/box/proj", "/tmp/w/results.jsonl", "/tmp/w/imports",
+                     ("tests/test_a.py::test_a",), DevicePlan(**device))  # type: ignore[arg-type]
+
+
+def test_one_default_target_names_the_default_capability() -> None:
+    assert capability_of(DEFAULT_TARGET) == DEFAULT_CAPABILITY
+    assert capability_of("cuda:80") == (8, 0)
+    assert capability_of("cuda:sm_89") == (8, 9)
+    assert capability_of("cuda:100") == (10, 0)
+    assert capability_of("hip:gfx942") == DEFAULT_CAPABILITY  # the shim still answers as a GPU
+    assert not gate_enabled("off") and not gate_enabled(" None ") and gate_enabled("cuda:80")
+
+
+@pytest.mark.parametrize(
+    ("device", "target", "gate"),
+    [("interpret", "cuda:80", "cuda:80"), ("interpret", "off", ""), ("cuda", "cuda:80", "")],
+)
+def test_the_gate_is_decided_in_one_place(device: str, target: str, gate: str) -> None:
+    decided = device_plan(device=device, cuda_shim=False, target=target, cache_dir=Path("/c"))
+    assert decided.gate_target == gate and decided.gate == bool(gate)
+    assert decided.interpret == (device == "interpret") and decided.mode == device
+    assert decided.cuda_shim is False and decided.cache_dir == "/c"
+
+
+def test_a_plan_survives_json_whole(tmp_path: Path) -> None:
+    original = plan(interpret=True, cuda_shim=False, capability=(8, 6), gate_target="cuda:86",
+                    cache_dir="/cache")
+    path = tmp_path / "plan.json"
+    original.write(path)
+    assert json.loads(path.read_text())["version"] == PLAN_VERSION
+    assert load_plan({PLAN_ENV: str(path)}) == original
+    assert load_plan({}) is None  # outside a rerun
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"version": PLAN_VERSION + 1}, "different plugin versions"),
+        ({"version": None}, "different plugin versions"),
+        ({"device": {"interpret": True}}, "incomplete or malformed"),
+        ({"nodeids": None}, "incomplete or malformed"),
+        ({"device": {**plan().to_json()["device"], "interpret": "yes"}}, "incomplete"),
+    ],
+)
+def test_a_plan_of_another_version_or_shape_is_refused(change: dict[str, object],
+                                                       problem: str) -> None:
+    data = {**plan().to_json(), **change}
+    with pytest.raises(PlanError, match=problem):
+        RerunPlan.from_json(data)
+
+
+def test_an_unreadable_plan_file_is_a_plan_error(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text("{not json")
+    with pytest.raises(PlanError, match="cannot be read"):
+        load_plan({PLAN_ENV: str(tmp_path / "plan.json")})
+
+
+def test_carried_args_keep_plugins_warnings_and_strictness_only() -> None:
+    args = ["tests/", "-k", "gelu", "-p", "xdist", "-pno:randomly", "-W", "error",
+            "--import-mode=importlib", "-o", "addopts=-x", "-o", "xfail_strict=true",
+            "--strict-markers", "-p", "kernelfix", "--junitxml", "out.xml", "-x"]
+    assert carried_args(args) == (
+        "-p", "xdist", "-p", "no:randomly", "-W", "error", "--import-mode", "importlib",
+        "-o", "xfail_strict=true", "--strict-markers",
+    )
