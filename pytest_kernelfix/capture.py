@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.project import is_within
 
 #: Name of the report attribute that carries the record (xdist serialises it as is).
 REPORT_ATTR = "kernelfix"
@@ -50,14 +51,6 @@ def file_digest(path: str | os.PathLike[str]) -> str:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return ""
-
-
-def is_within(path: str | os.PathLike[str], root: Path) -> bool:
-    try:
-        Path(os.path.abspath(path)).relative_to(os.path.abspath(root))
-    except ValueError:
-        return False
-    return True
 
 
 def report_record(

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_kernelfix.capture import is_within
 from pytest_kernelfix.failure import ErrorInfo
-from pytest_kernelfix.grouping import BugGroup, relative
+from pytest_kernelfix.grouping import BugGroup
+from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import redact
 
 
@@ -77,19 +77,19 @@ def truncate_log(
     return result
 
 
-def kernel_lines(error: ErrorInfo, root: Path, editable: tuple[str, ...]) -> tuple[str, ...]:
+def kernel_lines(error: ErrorInfo, project: Project, editable: tuple[str, ...]) -> tuple[str, ...]:
     """Traceback lines inside editable files, closest to the fault last."""
     lines = []
     for frame in error.frames:
-        if not is_within(frame.path, root):
+        if not project.contains(frame.path):
             continue
-        rel = relative(frame.path, root)
+        rel = project.relative(frame.path)
         if rel in editable:
             lines.append(f"{rel}:{frame.lineno} in {frame.name}: {frame.line}".rstrip(": "))
     return tuple(dict.fromkeys(lines))
 
 
-def error_report(group: BugGroup, root: Path) -> str:
+def error_report(group: BugGroup, project: Project) -> str:
     """The error a fixer sees first: the real exception, its kernel line, then the log.
 
     The interpreter wraps kernel errors in ``InterpreterError``; the real exception and
@@ -100,7 +100,7 @@ def error_report(group: BugGroup, root: Path) -> str:
     parts = [f"Test: {failure.nodeid}" + (f" (and {others} more with the same error)"
                                          if others else "")]
     parts.append(f"Error: {failure.error.headline}")
-    located = kernel_lines(failure.error, root, group.editable)
+    located = kernel_lines(failure.error, project, group.editable)
     if located:
         parts.append(f"Raised at: {located[-1]}")
     parts.append("")
@@ -118,7 +118,7 @@ def read_source(path: Path) -> str:
 
 def build_context(
     group: BugGroup,
-    root: Path,
+    project: Project,
     *,
     device: str,
     checks: tuple[str, ...] = (),
@@ -126,11 +126,12 @@ def build_context(
 ) -> BugContext:
     """Everything a fixer may see about ``group``, redacted."""
     editable = tuple(
-        SourceFile(rel, redact(read_source(root / rel), environ)) for rel in group.editable
+        SourceFile(rel, redact(read_source(project.root / rel), environ))
+        for rel in group.editable
     )
     test_paths = dict.fromkeys(failure.test_path for failure in group.failures if failure.test_path)
     tests = tuple(
-        SourceFile(relative_or_name(path, root), redact(read_source(Path(path)), environ))
+        SourceFile(project.display(path), redact(read_source(Path(path)), environ))
         for path in test_paths
         if os.path.isfile(path)
     )
@@ -143,15 +144,12 @@ def build_context(
         group_id=group.id,
         nodeids=group.nodeids,
         error=error,
-        error_log=redact(error_report(group, root), environ),
+        error_log=redact(error_report(group, project), environ),
         editable=editable,
         tests=tests,
         kernel_lines=tuple(redact(line, environ) for line in
-                           kernel_lines(group.first.error, root, group.editable)),
+                           kernel_lines(group.first.error, project, group.editable)),
         device=device,
         checks=checks,
     )
 
-
-def relative_or_name(path: str, root: Path) -> str:
-    return relative(path, root) if is_within(path, root) else Path(path).name

@@ -26,10 +26,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from pytest_kernelfix.engine.files import resolve_file
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.grouping import DEFAULT_TEST_PATTERNS, MAX_EDITABLE_BYTES, is_test_file
 from pytest_kernelfix.outcomes import Guard
+from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
 from pytest_kernelfix.redact import MARKER
 
 Check = Callable[[Mapping[str, str], Mapping[str, str], Sequence[Modification]], str]
@@ -112,7 +111,7 @@ _TEXT_CONTROLS = frozenset("\t\n\r\x0c")
 # -- what an edit targets --------------------------------------------------------------
 
 
-def edit_targets(test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS) -> Check:
+def edit_targets(project: Project) -> Check:
     """Refuse a candidate as a whole when any edit names a file outside the editable set.
 
     Test modules and conftest files get their own reason: they define what a fix must
@@ -127,10 +126,10 @@ def edit_targets(test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS) -> Check:
         allowed = ", ".join(editable) or "no file"
         for index, modification in enumerate(modifications, start=1):
             name = modification.file
-            if not name or resolve_file(name, editable)[0]:
+            if not name or project.resolve(name, editable)[0]:
                 continue
             posix = name.strip().replace("\\", "/")
-            if is_test_file(posix, test_patterns):
+            if project.is_test_file(posix):
                 return (f"test file edit: edit {index} targets {name!r}; test files and "
                         "conftest files are never edited (they define what a fix must "
                         "achieve): fix the kernel source instead")
@@ -482,10 +481,10 @@ def code_checks(
     return ""
 
 
-def build_guard(*, test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS) -> Guard:
+def build_guard(project: Project) -> Guard:
     """The guard the healing loop applies to every candidate, first reason wins."""
     checks: tuple[Check, ...] = (
-        edit_targets(test_patterns),
+        edit_targets(project),
         text_content,
         lambda before, after, modifications: writes_redacted(modifications),
         code_checks,

@@ -10,13 +10,9 @@ import pytest
 from pytest_kernelfix.capture import Failure, PassedTest, read_record, report_record
 from pytest_kernelfix.context import build_context, truncate_log
 from pytest_kernelfix.failure import ErrorInfo, Frame, describe_exception
-from pytest_kernelfix.grouping import (
-    editable_files,
-    group_failures,
-    is_test_file,
-    regression_nodeids,
-)
+from pytest_kernelfix.grouping import editable_files, group_failures, regression_nodeids
 from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import MARKER, redact
 
 
@@ -48,6 +44,7 @@ def failure(root: Path, nodeid: str, message: str, *, frames: list[Frame] | None
 
 
 def test_test_files_are_recognised() -> None:
+    is_test_file = Project(Path("/project")).is_test_file
     assert is_test_file("tests/test_x.py")
     assert is_test_file("pkg/x_test.py")
     assert is_test_file("conftest.py")
@@ -67,7 +64,7 @@ def test_editable_files_leave_out_tests_conftest_and_environments(project: Path)
     ]
     launch = KernelLaunch("softmax_kernel", str(project / "kernels" / "softmax.py"), 1)
     found = editable_files(failure(project, "t::a", "boom", frames=frames, launches=(launch,)),
-                           project)
+                           Project(project))
     assert found == ("kernels/gelu.py", "kernels/softmax.py")
 
 
@@ -78,7 +75,7 @@ def test_parametrized_failures_of_one_bug_form_one_group(project: Path) -> None:
         for n in (3, 17, 250)
     ]
     failures.append(failure(project, "tests/test_gelu.py::test_other", "a different error"))
-    groups = group_failures(failures, project)
+    groups = group_failures(failures, Project(project))
     assert [len(g.failures) for g in groups] == [3, 1]
     first = groups[0]
     assert first.editable == ("kernels/gelu.py",)
@@ -86,17 +83,17 @@ def test_parametrized_failures_of_one_bug_form_one_group(project: Path) -> None:
     assert first.id.startswith("gelu_kernel-attributeerror-")
     assert first.id != groups[1].id
     # stable across runs: the id depends on the bug, not on the order or the run
-    again = group_failures(list(reversed(failures[:3])), project)
+    again = group_failures(list(reversed(failures[:3])), Project(project))
     assert again[0].id == first.id
 
 
 def test_regression_set_is_passed_tests_that_launched_an_editable_kernel(project: Path) -> None:
-    group = group_failures([failure(project, "t::a", "x")], project)[0]
+    group = group_failures([failure(project, "t::a", "x")], Project(project))[0]
     gelu = KernelLaunch("gelu_kernel", str(project / "kernels" / "gelu.py"), 1)
     other = KernelLaunch("softmax_kernel", str(project / "kernels" / "softmax.py"), 1)
     passed = [PassedTest("t::uses_gelu", (gelu,)), PassedTest("t::uses_softmax", (other,)),
               PassedTest("t::no_kernel")]
-    assert regression_nodeids(group, passed, project) == ("t::uses_gelu",)
+    assert regression_nodeids(group, passed, Project(project)) == ("t::uses_gelu",)
 
 
 def test_report_record_round_trips_through_json(project: Path) -> None:
@@ -175,7 +172,8 @@ def test_context_is_redacted_and_states_the_real_error(
     bug = failure(project, "tests/test_gelu.py::test_gelu", "no attribute 'tanh'")
     bug = Failure(bug.nodeid, bug.test_path, bug.error,
                   "Traceback ... token supersecretvalue42 ...", bug.launches)
-    context = build_context(group_failures([bug], project)[0], project, device="interpret")
+    where = Project(project)
+    context = build_context(group_failures([bug], where)[0], where, device="interpret")
     assert context.editable[0].path == "kernels/gelu.py"
     assert context.tests[0].path == "tests/test_gelu.py"
     everything = context.error_log + context.tests[0].text

@@ -18,12 +18,14 @@ from pytest_kernelfix.engine.files import apply_proposal
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
-from pytest_kernelfix.grouping import MAX_EDITABLE_BYTES, editable_files, group_failures
+from pytest_kernelfix.grouping import editable_files, group_failures
 from pytest_kernelfix.guards import build_guard
 from pytest_kernelfix.heal import heal
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.outcomes import UNHEALED, Verdict
-from pytest_kernelfix.rerun import RerunResult, RerunSpec, TestOutcome
+from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
+from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.rerun_plan import DevicePlan
 from pytest_kernelfix.sandbox import Sandbox
 from pytest_kernelfix.verify import Verifier
 
@@ -36,7 +38,7 @@ GELU = (Path(__file__).parents[1] / "example_project" / "kernels" / "gelu.py").r
 PATH = "kernels/gelu.py"
 LAUNCH = "    gelu_kernel[grid](x, out, n_elements, BLOCK_SIZE=1024)\n"
 TANH = "    y = 0.5 * x * (1.0 + tl.tanh(u))"
-GUARD = build_guard()
+GUARD = build_guard(Project(Path(__file__).parents[1] / "example_project"))
 
 
 def judge(*modifications: Modification, files: Mapping[str, str] | None = None) -> str:
@@ -333,20 +335,24 @@ def test_links_binary_and_oversized_files_are_never_editable(project: Path) -> N
     names = ["kernels/shared.py", "kernels/vendored/shared.py", "kernels/alias.py",
              "kernels/blob.py", "kernels/latin.py", "kernels/huge.py", "kernels/softmax.py",
              "tests/test_gelu.py"]
-    editable = editable_files(_failure(project, *names), project)
+    editable = editable_files(_failure(project, *names), Project(project))
     assert editable == ("kernels/softmax.py", "kernels/gelu.py")
 
 
 def test_kernelfix_paths_restrict_the_editable_set(project: Path) -> None:
     failure = _failure(project, "kernels/softmax.py")
-    assert editable_files(failure, project, paths=("kernels/gelu.py",)) == ("kernels/gelu.py",)
-    assert editable_files(failure, project, paths=("./kernels/*.py",)) == (
+
+    def restricted(*paths: str) -> Project:
+        return Project(project, paths=paths)
+
+    assert editable_files(failure, restricted("kernels/gelu.py")) == ("kernels/gelu.py",)
+    assert editable_files(failure, restricted("./kernels/*.py")) == (
         "kernels/softmax.py", "kernels/gelu.py")
-    assert editable_files(failure, project, paths=("src/*",)) == ()
+    assert editable_files(failure, restricted("src/*")) == ()
     # a test file stays out even when a pattern names it
-    assert editable_files(_failure(project, "tests/test_gelu.py"), project,
-                          paths=("*",)) == ("kernels/gelu.py",)
-    [group] = group_failures([failure], project, paths=("kernels/soft*",))
+    assert editable_files(_failure(project, "tests/test_gelu.py"), restricted("*")) == (
+        "kernels/gelu.py",)
+    [group] = group_failures([failure], restricted("kernels/soft*"))
     assert group.editable == ("kernels/softmax.py",)
 
 
@@ -363,8 +369,8 @@ def _result(*outcomes: tuple[str, str, int]) -> RerunResult:
 
 def _verifier(root: Path, runner, **kwargs) -> tuple[Verifier, Sandbox]:  # type: ignore[no-untyped-def]
     sandbox = Sandbox.create(root, link_min_size=1024)
-    spec = RerunSpec(root, root, (), 10.0, True)
-    return Verifier(sandbox, spec, ["tests/test_gelu.py::test_gelu"], runner=runner,
+    setup = RerunSetup(root, 10.0, DevicePlan(interpret=True))
+    return Verifier(sandbox, setup, ["tests/test_gelu.py::test_gelu"], runner=runner,
                     protected=["tests/test_gelu.py"], **kwargs), sandbox
 
 
@@ -394,8 +400,8 @@ def test_a_rejected_rerun_does_not_poison_later_rounds_or_bugs(project: Path) ->
         assert verifier({PATH: GELU.replace("tl.tanh(u)", "tl.sigmoid(u)")}).kind == "tampered"
         assert sandbox.read("tests/test_gelu.py") == (project / "tests/test_gelu.py").read_text()
         assert verifier({PATH: GELU}).ok  # the next round is judged on its own
-        spec = RerunSpec(project, project, (), 10.0, True)
-        next_bug = Verifier(sandbox, spec, ["tests/test_gelu.py::test_gelu"], runner=runner,
+        setup = RerunSetup(project, 10.0, DevicePlan(interpret=True))
+        next_bug = Verifier(sandbox, setup, ["tests/test_gelu.py::test_gelu"], runner=runner,
                             protected=["tests/test_gelu.py"])
         assert next_bug({PATH: GELU}).ok
 

@@ -31,6 +31,7 @@ from pytest_kernelfix.fixers.replay import ReplayFixer
 from pytest_kernelfix.guards import build_guard
 from pytest_kernelfix.heal import heal
 from pytest_kernelfix.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.project import Project
 
 EXAMPLE = Path(__file__).parents[1] / "example_project"
 TIMEOUT = 20.0  # seconds per sandbox rerun: the endless loops end here
@@ -99,7 +100,7 @@ def test_every_static_answer_is_refused_before_a_rerun_for_its_reason(tmp_path: 
     answers = build(root, outside)
     write_cassette(cassette, answers)
     fixer = ReplayFixer(cassette)
-    guard = build_guard()
+    guard = build_guard(Project(root))
     ran: list[Mapping[str, str]] = []
 
     def verify(files: Mapping[str, str]) -> Verdict:
@@ -120,7 +121,6 @@ def test_every_static_answer_is_refused_before_a_rerun_for_its_reason(tmp_path: 
             assert item.expect in record.outcome, (item.kind, record.outcome)
 
 
-@pytest.mark.slow
 def test_hostile_session_leaves_the_tree_untouched_and_heals_nothing(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -206,7 +206,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie is dead, merely not reaped by this container's init
 
 
-@pytest.mark.slow
 def test_hung_and_crashing_candidates_are_killed_with_their_process_group(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
