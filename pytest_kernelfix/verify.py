@@ -1,21 +1,26 @@
 """Judge a candidate: write it into the sandbox, rerun the tests, read the verdict.
 
-A candidate passes only when every failing test of the bug passes, no test that passed
-before breaks, the tests still launch a Triton kernel, and the rerun neither crashed nor
-hung. Every rejection carries the detail the model needs next round.
+Before round 1 the unpatched code is rerun once (the baseline): a failure that does not
+reproduce there, or that is the interpreter's rather than the kernel's, is not a bug to
+heal (:meth:`Verifier.triage`). After that, a candidate passes only when every failing
+test of the bug passes, no test that passed before breaks, the tests still launch a
+Triton kernel, and the rerun neither crashed nor hung. Every rejection carries the
+detail the model needs next round.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_kernelfix.capture import Failure
 from pytest_kernelfix.context import truncate_log
 from pytest_kernelfix.gate import GateResult
 from pytest_kernelfix.outcomes import Verdict
 from pytest_kernelfix.redact import redact
-from pytest_kernelfix.rerun import RerunResult, RerunSpec, TestOutcome, run_tests
+from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome, run_tests
 from pytest_kernelfix.sandbox import Sandbox
 
 _FEEDBACK_TESTS = 3
@@ -61,13 +66,60 @@ def no_outcomes(result: RerunResult) -> str:
             f"{last[:300]}").rstrip(": ")
 
 
+def raised_in_kernel(failure: Failure) -> str:
+    """The launched kernel whose code raised the error under the interpreter, or ""."""
+    launched = {(launch.name, os.path.abspath(launch.file)) for launch in failure.launches}
+    for frame in reversed(failure.error.frames):
+        if (frame.name, os.path.abspath(frame.path)) in launched:
+            return frame.name
+    return ""
+
+
+def did_not_reproduce(baseline: RerunResult, nodeids: Sequence[str]) -> str:
+    """Why the unpatched rerun is no bug to heal (gone, uncollectable, unrunnable), or ""."""
+    if baseline.timed_out or baseline.crash_reason:
+        return ""
+    if baseline.collection_errors:
+        return ("the tests cannot be collected in the sandbox copy: "
+                + first_line(baseline.collection_errors[0]))
+    if len(baseline.missing(nodeids)) == len(nodeids):
+        return "the unpatched tests cannot be rerun in the sandbox: " + no_outcomes(baseline)
+    if all(baseline.passed([n]) for n in nodeids):
+        return ("the failure does not reproduce in a sandbox rerun (flaky, order-dependent or "
+                "environment-dependent); nothing to heal")
+    return ""
+
+
+def interpreter_limitation(failure: Failure, baseline: RerunResult, target: str) -> str:
+    """Why the failure is the interpreter's, not the kernel's: "" when it is the kernel's.
+
+    Errors raised while the interpreter runs a kernel are the ones the compiler checks
+    too; when the gate compiles the very same launch for a GPU, the interpreter is wrong.
+    """
+    kernel = raised_in_kernel(failure)
+    if not kernel:
+        return ""
+    verdicts = [gate for gate in gate_results(baseline) if gate.kernel == kernel]
+    if not verdicts or not all(gate.ok and not gate.error for gate in verdicts):
+        return ""  # not compiled (skipped, or not launched in the rerun) or really broken
+    return (f"interpreter limitation: the Triton interpreter raises "
+            f"{failure.error.headline!r} in {kernel}, but the same launch compiles for "
+            f"{target}; nothing to heal (run the test on a GPU to confirm)")
+
+
+CUDA_SHIM_LIMITATION = (
+    "interpreter limitation: the tests pass once device='cuda' tensors and torch.cuda "
+    "queries are mapped to the CPU (kernelfix_cuda_shim is off); nothing to heal"
+)
+
+
 class Verifier:
     """Reruns one bug's tests (and its regression set) on candidates, in one sandbox."""
 
     def __init__(
         self,
         sandbox: Sandbox,
-        template: RerunSpec,
+        setup: RerunSetup,
         nodeids: Sequence[str],
         regression: Sequence[str] = (),
         *,
@@ -76,7 +128,7 @@ class Verifier:
         runner: Runner = run_tests,
     ) -> None:
         self.sandbox = sandbox
-        self.template = template
+        self.setup = setup
         self.nodeids = tuple(nodeids)
         self.regression = tuple(n for n in regression if n not in self.nodeids)
         self.launched = frozenset(launched)
@@ -85,9 +137,8 @@ class Verifier:
         self.regression_baseline: frozenset[str] = frozenset(self.regression)
         self.written: dict[str, str] = {}
 
-    def _spec(self, nodeids: tuple[str, ...]) -> RerunSpec:
-        return replace(self.template, sandbox_root=self.sandbox.root,
-                       original_root=self.sandbox.source, nodeids=nodeids)
+    def _spec(self, nodeids: tuple[str, ...], setup: RerunSetup | None = None) -> RerunSpec:
+        return RerunSpec(setup or self.setup, self.sandbox.root, nodeids)
 
     def _write(self, files: Mapping[str, str]) -> None:
         for path, text in files.items():
@@ -109,6 +160,25 @@ class Verifier:
             nodeid for nodeid in self.regression if result.passed([nodeid])
         )
         return result
+
+    def triage(self, baseline: RerunResult, failure: Failure) -> str:
+        """Why the bug behind ``baseline`` is not the kernel's to heal, or "".
+
+        In interpret mode an error the gate compiles fine is the interpreter's; with the
+        CUDA shim off, a failure that passes once it is on is the CPU mapping's.
+        """
+        device = self.setup.device
+        why_not = did_not_reproduce(baseline, self.nodeids)
+        if why_not or not device.interpret:
+            return why_not
+        why_not = interpreter_limitation(failure, baseline, device.gate_target)
+        if not why_not and not device.cuda_shim and self._passes_with_cuda_shim():
+            why_not = CUDA_SHIM_LIMITATION
+        return why_not
+
+    def _passes_with_cuda_shim(self) -> bool:
+        setup = replace(self.setup, device=replace(self.setup.device, cuda_shim=True))
+        return self.runner(self._spec(self.nodeids, setup)).passed(self.nodeids)
 
     def _tampered(self) -> list[str]:
         """Protected files whose sandbox bytes differ from the original tree's (or are
@@ -146,7 +216,7 @@ class Verifier:
         if result.timed_out:
             return Verdict(
                 False,
-                f"rerun timed out after {self.template.timeout:g} s (a hung kernel or an endless "
+                f"rerun timed out after {self.setup.timeout:g} s (a hung kernel or an endless "
                 "loop?)",
                 "The tests did not finish: the patched kernel probably never terminates "
                 "(check loop bounds and loop variables).\n" + truncate_log(result.output),
@@ -207,7 +277,7 @@ class Verifier:
             )
         rejected = gate_rejections(result)
         if rejected:
-            target = self.template.plan.get("gate_target", "the GPU target")
+            target = self.setup.device.gate_target or "the GPU target"
             return Verdict(
                 False,
                 f"passes on the interpreter but does not compile for {target}: "

@@ -1,9 +1,11 @@
 """From captured failures to written artifacts: one healing session, start to end.
 
-Groups failures into bugs, heals each bug in one shared sandbox (a baseline rerun
-first: a failure that does not reproduce there is not healed), writes patches and
-reports, and with ``--kernelfix-apply`` writes healed files into the tree. Knows no
-pytest hooks: the plugin hands it plain data and a fixer.
+A pipeline of plain stages: group the failures into bugs, heal each bug in one shared
+sandbox (a baseline rerun first: :meth:`Verifier.triage` skips what is not the kernel's
+to heal), then write patches and reports, and with ``--kernelfix-apply`` the healed files.
+Knows no pytest hooks: the controller hands it plain data (:class:`SessionInputs`) and
+the parts a caller may swap (:class:`Stages`: the fixer, the guard, the rerun runner,
+the sandbox factory), so the whole session runs in a unit test with a fake runner.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from filelock import FileLock
 
@@ -20,77 +22,68 @@ from pytest_kernelfix.capture import Failure, PassedTest
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.context import build_context
 from pytest_kernelfix.fixers.base import Fixer
-from pytest_kernelfix.grouping import (
-    DEFAULT_TEST_PATTERNS,
-    BugGroup,
-    group_failures,
-    regression_nodeids,
-    relative,
-)
+from pytest_kernelfix.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.heal import heal
 from pytest_kernelfix.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
-from pytest_kernelfix.report import (
-    BugReport,
-    SessionReport,
-    write_patches,
-    write_reports,
-)
-from pytest_kernelfix.rerun import RerunResult, RerunSpec
+from pytest_kernelfix.project import Project
+from pytest_kernelfix.report import BugReport, SessionReport, write_patches, write_reports
+from pytest_kernelfix.rerun import RerunSetup, run_tests
+from pytest_kernelfix.rerun_plan import DevicePlan
 from pytest_kernelfix.sandbox import Sandbox
-from pytest_kernelfix.verify import Verifier, first_line, gate_results, no_outcomes
+from pytest_kernelfix.verify import Runner, Verifier
 from pytest_kernelfix.writeback import StaleFileError, write_back
 
 Progress = Callable[[str], None]
+SandboxFactory = Callable[[Path, Sequence[str]], Sandbox]
 
 
 @dataclass(frozen=True)
 class SessionInputs:
-    """What the test run left for healing, and how reruns must be made."""
+    """What the test run left for healing, and how reruns must be made.
+
+    ``notes`` are the session's own remarks, written into ``report.json`` and
+    ``report.md`` as well as shown on the terminal.
+    """
 
     failures: tuple[Failure, ...]
     passed: tuple[PassedTest, ...]
     settings: Settings
-    device: str
-    rerun: RerunSpec
-    test_patterns: tuple[str, ...] = DEFAULT_TEST_PATTERNS
+    setup: RerunSetup
+    project: Project
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-
-def _skipped(group: BugGroup, reason: str) -> HealResult:
-    return HealResult(group_id=group.id, status=SKIPPED, reason=reason)
-
-
-def read_originals(root: Path, paths: Sequence[str]) -> dict[str, str]:
-    """The exact text of each file (newlines untouched, so CRLF files stay CRLF)."""
-    return {path: (root / path).read_bytes().decode("utf-8") for path in paths}
+    @property
+    def device(self) -> str:
+        """The resolved device, ``cuda`` or ``interpret`` (decided once, in the setup)."""
+        return self.setup.device.mode
 
 
-def protected_files(root: Path, group: BugGroup) -> tuple[str, ...]:
-    """Test modules of the bug and every conftest.py pytest loads for them."""
-    found: list[str] = []
-    for failure in group.failures:
-        if not failure.test_path or not os.path.isfile(failure.test_path):
-            continue
-        rel = relative(failure.test_path, root)
-        found.append(rel)
-        parent = PurePosixPath(rel).parent
-        for depth in range(len(parent.parts) + 1):
-            conftest = PurePosixPath(*parent.parts[:depth], "conftest.py").as_posix()
-            if (root / conftest).is_file():
-                found.append(conftest)
-    return tuple(dict.fromkeys(found))
+def _create_sandbox(root: Path, exclude: Sequence[str]) -> Sandbox:
+    return Sandbox.create(root, exclude=exclude)
 
 
-def checks_for(device: str, gate: bool) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class Stages:
+    """The parts of a session a caller chooses: who proposes, what is refused statically,
+    how tests are rerun, and where progress lines go."""
+
+    fixer: Fixer
+    guard: Guard | None = None
+    runner: Runner = run_tests
+    sandbox: SandboxFactory = _create_sandbox
+    progress: Progress = lambda line: None
+
+
+def checks_for(device: DevicePlan) -> tuple[str, ...]:
     """How candidates are verified, in words a prompt can pass on to the model."""
-    if device == "cuda":
+    if not device.interpret:
         return ("The failing tests and the tests that passed before are rerun on a CUDA GPU.",)
     checks = [
         "The failing tests and the tests that passed before are rerun on the Triton "
         "interpreter (TRITON_INTERPRET=1) on CPU; it cannot see GPU-only problems such as "
         "races, shared-memory limits, tl.dot shape limits or unsupported constructs."
     ]
-    if gate:
+    if device.gate:
         checks.append("Each launched kernel is then compiled for a real GPU target; "
                       "compile errors reject the fix.")
     return tuple(checks)
@@ -103,142 +96,27 @@ NO_EDITABLE_SOURCE = (
 )
 
 
-def _did_not_reproduce(baseline: RerunResult, nodeids: Sequence[str]) -> str:
-    if baseline.timed_out or baseline.crash_reason:
-        return ""
-    if baseline.collection_errors:
-        return ("the tests cannot be collected in the sandbox copy: "
-                + first_line(baseline.collection_errors[0]))
-    if len(baseline.missing(nodeids)) == len(nodeids):
-        return "the unpatched tests cannot be rerun in the sandbox: " + no_outcomes(baseline)
-    if all(baseline.passed([n]) for n in nodeids):
-        return ("the failure does not reproduce in a sandbox rerun (flaky, order-dependent or "
-                "environment-dependent); nothing to heal")
-    return ""
+def read_originals(root: Path, paths: Sequence[str]) -> dict[str, str]:
+    """The exact text of each file (newlines untouched, so CRLF files stay CRLF)."""
+    return {path: (root / path).read_bytes().decode("utf-8") for path in paths}
 
 
-def raised_in_kernel(failure: Failure) -> str:
-    """The launched kernel whose code raised the error under the interpreter, or ""."""
-    launched = {(launch.name, os.path.abspath(launch.file)) for launch in failure.launches}
-    for frame in reversed(failure.error.frames):
-        if (frame.name, os.path.abspath(frame.path)) in launched:
-            return frame.name
-    return ""
+def _skipped(group: BugGroup, reason: str) -> HealResult:
+    return HealResult(group_id=group.id, status=SKIPPED, reason=reason)
 
 
-def interpreter_limitation(group: BugGroup, baseline: RerunResult, target: str) -> str:
-    """Why the failure is the interpreter's, not the kernel's: "" when it is the kernel's.
-
-    Errors raised while the interpreter runs a kernel are the ones the compiler checks
-    too; when the gate compiles the very same launch for a GPU, the interpreter is wrong.
-    """
-    kernel = raised_in_kernel(group.first)
-    if not kernel:
-        return ""
-    verdicts = [gate for gate in gate_results(baseline) if gate.kernel == kernel]
-    if not verdicts or not all(gate.ok and not gate.error for gate in verdicts):
-        return ""  # not compiled (skipped, or not launched in the rerun) or really broken
-    return (f"interpreter limitation: the Triton interpreter raises "
-            f"{group.first.error.headline!r} in {kernel}, but the same launch compiles for "
-            f"{target}; nothing to heal (run the test on a GPU to confirm)")
-
-
-def _passes_with_cuda_shim(verifier: Verifier, group: BugGroup) -> bool:
-    """With ``kernelfix_cuda_shim`` off: does the failure vanish once it is on?"""
-    plan = {**verifier.template.plan, "cuda_shim": True}
-    spec = replace(verifier.template, sandbox_root=verifier.sandbox.root,
-                   original_root=verifier.sandbox.source, nodeids=group.nodeids, plan=plan)
-    return verifier.runner(spec).passed(group.nodeids)
-
-
-def _heal_group(
-    group: BugGroup,
-    inputs: SessionInputs,
-    sandbox: Sandbox,
-    fixer: Fixer,
-    guard: Guard | None,
-    progress: Progress,
-) -> HealResult:
-    settings = inputs.settings
-    root = settings.rootdir
-    try:
-        originals = read_originals(root, group.editable)
-    except (OSError, UnicodeDecodeError) as error:
-        return _skipped(group, f"cannot read the editable source: {error}")
-    context = build_context(
-        group, root, device=inputs.device,
-        checks=checks_for(inputs.device, settings.gate_enabled and inputs.device != "cuda"),
-    )
-    verifier = Verifier(
-        sandbox,
-        inputs.rerun,
-        group.nodeids,
-        regression_nodeids(group, inputs.passed, root),
-        launched=[f.nodeid for f in group.failures if f.launches],
-        protected=protected_files(root, group),
-    )
-    try:
-        baseline = verifier.baseline(originals)
-        why_not = _did_not_reproduce(baseline, group.nodeids)
-        if not why_not and inputs.device == "interpret":
-            why_not = interpreter_limitation(group, baseline, settings.target)
-            if not why_not and not settings.cuda_shim and _passes_with_cuda_shim(verifier, group):
-                why_not = ("interpreter limitation: the tests pass once device='cuda' tensors "
-                           "and torch.cuda queries are mapped to the CPU (kernelfix_cuda_shim "
-                           "is off); nothing to heal")
-        if why_not:
-            return _skipped(group, why_not)
-
-        def on_round(record: RoundRecord) -> None:
-            edits = ", ".join(e.level for e in record.edits) or "no edits"
-            progress(f"  round {record.round} ({edits}): {record.outcome}")
-
-        return heal(
-            context, originals, fixer=fixer, verify=verifier, rounds=settings.rounds,
-            guard=guard, on_round=on_round,
-        )
-    finally:
-        verifier.restore()
-
-
-def _apply(
-    report_dir: Path, root: Path, group: BugGroup, result: HealResult
-) -> tuple[tuple[str, ...], str]:
-    changes = {
-        path: (result.original[path], result.final[path]) for path in result.changed_files
-    }
-    expected: dict[str, str] = {}
-    for failure in group.failures:
-        for path, digest in failure.hashes:
-            if os.path.isfile(path):
-                expected.setdefault(relative(path, root), digest)
-    try:
-        done = write_back(
-            root, changes, expected=expected,
-            backup_dir=report_dir / "backup" / group.id, lock_dir=report_dir / "locks",
-        )
-    except (StaleFileError, OSError) as error:
-        return (), str(error)
-    return done.written, ""
-
-
-def run_healing(
-    inputs: SessionInputs,
-    fixer: Fixer,
-    *,
-    guard: Guard | None = None,
-    progress: Progress = lambda line: None,
-) -> SessionReport:
+def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     """Heal every bug of the session; write patches, reports and (apply mode) files."""
     started = time.monotonic()
     settings = inputs.settings
-    root = settings.rootdir
-    groups = group_failures(inputs.failures, root, inputs.test_patterns, settings.paths)
+    project = inputs.project
+    groups = group_failures(inputs.failures, project)
     results: list[tuple[BugGroup, HealResult]] = []
     exclude = list(settings.sandbox_exclude)
-    if settings.report_dir.is_relative_to(root):
-        exclude.append(settings.report_dir.relative_to(root).as_posix())
+    if settings.report_dir.is_relative_to(project.root):
+        exclude.append(settings.report_dir.relative_to(project.root).as_posix())
     sandbox: Sandbox | None = None
+    progress = stages.progress
     try:
         for index, group in enumerate(groups):
             if index >= settings.max_groups:
@@ -251,19 +129,78 @@ def run_healing(
             if not group.editable:
                 result = _skipped(group, NO_EDITABLE_SOURCE)
             else:
-                sandbox = sandbox or Sandbox.create(root, exclude=exclude)
-                result = _heal_group(group, inputs, sandbox, fixer, guard, progress)
+                sandbox = sandbox or stages.sandbox(project.root, exclude)
+                result = heal_bug(group, inputs, sandbox, stages)
             progress(f"  {result.status}: {result.reason}")
             results.append((group, result))
     finally:
         if sandbox is not None:
             sandbox.close()
-    return _finish(inputs, results, time.monotonic() - started)
+    return finish(inputs, results, time.monotonic() - started)
 
 
-def _finish(
+def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages) -> (
+    HealResult
+):
+    """One bug: baseline and triage, then the round loop, in the shared sandbox."""
+    project = inputs.project
+    try:
+        originals = read_originals(project.root, group.editable)
+    except (OSError, UnicodeDecodeError) as error:
+        return _skipped(group, f"cannot read the editable source: {error}")
+    context = build_context(group, project, device=inputs.device,
+                            checks=checks_for(inputs.setup.device))
+    verifier = Verifier(
+        sandbox,
+        inputs.setup,
+        group.nodeids,
+        regression_nodeids(group, inputs.passed, project),
+        launched=[f.nodeid for f in group.failures if f.launches],
+        protected=project.protected_files(f.test_path for f in group.failures),
+        runner=stages.runner,
+    )
+    try:
+        why_not = verifier.triage(verifier.baseline(originals), group.first)
+        if why_not:
+            return _skipped(group, why_not)
+
+        def on_round(record: RoundRecord) -> None:
+            edits = ", ".join(e.level for e in record.edits) or "no edits"
+            stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
+
+        return heal(
+            context, originals, fixer=stages.fixer, verify=verifier,
+            rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
+        )
+    finally:
+        verifier.restore()
+
+
+def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult) -> (
+    tuple[tuple[str, ...], str]
+):
+    changes = {
+        path: (result.original[path], result.final[path]) for path in result.changed_files
+    }
+    expected: dict[str, str] = {}
+    for failure in group.failures:
+        for path, digest in failure.hashes:
+            if os.path.isfile(path) and project.contains(path):
+                expected.setdefault(project.relative(path), digest)
+    try:
+        done = write_back(
+            project.root, changes, expected=expected,
+            backup_dir=report_dir / "backup" / group.id, lock_dir=report_dir / "locks",
+        )
+    except (StaleFileError, OSError) as error:
+        return (), str(error)
+    return done.written, ""
+
+
+def finish(
     inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float
 ) -> SessionReport:
+    """Write patches and reports (and, in apply mode, the healed files); the report."""
     settings = inputs.settings
     report_dir = settings.report_dir
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -274,11 +211,11 @@ def _finish(
             applied: tuple[str, ...] = ()
             error = ""
             if settings.apply and result.status == HEALED and result.changed_files:
-                applied, error = _apply(report_dir, settings.rootdir, group, result)
+                applied, error = _apply(report_dir, inputs.project, group, result)
             bugs.append(BugReport(group, result, patches.get(group.id, ""), applied, error))
         report = SessionReport(
             bugs=tuple(bugs),
-            rootdir=settings.rootdir,
+            rootdir=inputs.project.root,
             report_dir=report_dir,
             mode="apply" if settings.apply else "report",
             device=inputs.device,
