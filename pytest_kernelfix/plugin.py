@@ -1,26 +1,41 @@
-"""pytest hooks of pytest-kernelfix: options, the ``kernel`` marker, hand-off to a session.
+"""pytest hooks of pytest-kernelfix: options, the ``kernel`` marker, one object per role.
 
 This module is the ``pytest11`` entry point, imported by every pytest run in an
 environment where the plugin is installed: it imports nothing heavy, and it does
 nothing beyond registering the marker unless ``--kernelfix``, ``--kernelfix-apply`` or
 an explicit ``--kernelfix-device`` asks for it.
+
+While healing, two objects are registered, each where its job is (as pytest registers
+``junitxml`` nowhere but on the controller, and xdist a session per role):
+
+- :class:`~pytest_kernelfix.capturing.CapturePlugin` wherever tests run (a plain
+  session or an xdist worker): records kernel launches onto the reports;
+- :class:`~pytest_kernelfix.controller.HealingController` wherever reports arrive (a
+  plain session or the xdist controller): collects, heals, prints the summary.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_kernelfix import config as kernelfix_config
+from pytest_kernelfix.rerun_plan import PLAN_ENV
+from pytest_kernelfix.target import capability_of
 
-SESSION_PLUGIN = "kernelfix-session"
+if TYPE_CHECKING:  # quoted below: the plugin objects' modules load only when healing
+    from pytest_kernelfix.capturing import CapturePlugin  # noqa: F401
+    from pytest_kernelfix.controller import HealingController  # noqa: F401
+
 MARKER = (
     "kernel: the test launches a Triton kernel; "
     "pytest --kernelfix heals the kernel when the test fails"
 )
 device_key = pytest.StashKey[str]()
+capture_key = pytest.StashKey["CapturePlugin"]()
+controller_key = pytest.StashKey["HealingController"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -33,9 +48,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     kernelfix_config.add_options(parser)
 
 
+def _in_rerun() -> bool:
+    """A rerun child: its own agent prepares the device and records outcomes."""
+    return bool(os.environ.get(PLAN_ENV))
+
+
 def _wanted(config: pytest.Config, namespace: Any = None) -> bool:
-    if os.environ.get(kernelfix_config.RERUN_PLAN_ENV):
-        return False  # a rerun child: its own agent prepares the device
+    if _in_rerun():
+        return False
     resolve = kernelfix_config.resolve
     healing = bool(resolve(config, "kernelfix", namespace)) or bool(
         resolve(config, "kernelfix_apply", namespace)
@@ -60,26 +80,54 @@ def pytest_load_initial_conftests(
     device.prepare(
         chosen,
         cuda_shim=bool(value("kernelfix_cuda_shim")),
-        capability=kernelfix_config.target_capability(value("kernelfix_target")),
+        capability=capability_of(value("kernelfix_target")),
     )
     early_config.stash[device_key] = chosen
+
+
+def _device(config: pytest.Config, requested: str) -> str:
+    """The session's device, resolved once: before conftests where possible, else now."""
+    if device_key not in config.stash:
+        config.stash[device_key] = kernelfix_config.resolve_device(requested)
+    return config.stash[device_key]
+
+
+def _runs_tests(config: pytest.Config) -> bool:
+    """False on the xdist controller, which only receives reports."""
+    if hasattr(config, "workerinput"):
+        return True
+    return str(getattr(config.option, "dist", "no") or "no") == "no"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     settings = kernelfix_config.load_settings(config)
-    if not settings.heal or os.environ.get(kernelfix_config.RERUN_PLAN_ENV):
+    if not settings.heal or _in_rerun():
         return
-    from pytest_kernelfix.session import KernelfixSession
+    device = _device(config, settings.device)
+    notes: list[str] = []
+    if _runs_tests(config):
+        from pytest_kernelfix.capturing import CapturePlugin
 
-    chosen = config.stash.get(device_key, None) or kernelfix_config.resolve_device(
-        settings.device
-    )
-    config.pluginmanager.register(KernelfixSession(config, settings, chosen), SESSION_PLUGIN)
+        capture = CapturePlugin(config, settings.rootdir)
+        config.stash[capture_key] = capture
+        config.pluginmanager.register(capture, "kernelfix-capture")
+        notes = capture.notes
+    if not hasattr(config, "workerinput"):
+        from pytest_kernelfix.controller import HealingController
+
+        controller = HealingController(config, settings, device, notes)
+        config.stash[controller_key] = controller
+        config.pluginmanager.register(controller, "kernelfix-controller")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    session = config.pluginmanager.get_plugin(SESSION_PLUGIN)
-    if session is not None:
-        session.close()
-        config.pluginmanager.unregister(session)
+    controller = config.stash.get(controller_key, None)
+    if controller is not None:
+        config.pluginmanager.unregister(controller)
+        del config.stash[controller_key]
+    capture = config.stash.get(capture_key, None)
+    if capture is not None:
+        capture.close()
+        config.pluginmanager.unregister(capture)
+        del config.stash[capture_key]

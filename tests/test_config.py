@@ -176,3 +176,15 @@ def test_replay_cassette_named_in_the_ini_is_found_from_another_directory(
     pytester.runpytest_subprocess(str(pytester.path))
     settings = json.loads((pytester.path / "tapes" / "settings.json").read_text())
     assert settings["model"] == f"replay:{pytester.path / 'tapes' / 't.jsonl'}"
+
+
+def test_hook_author_names_load_lazily_from_the_package() -> None:
+    import pytest_kernelfix
+    from pytest_kernelfix.engine.parse import Modification
+    from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
+
+    assert pytest_kernelfix.Modification is Modification
+    assert pytest_kernelfix.Proposal is Proposal
+    assert pytest_kernelfix.ProposalRequest is ProposalRequest
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        pytest_kernelfix.Nothing  # noqa: B018

@@ -27,6 +27,7 @@ from kernel_project import (
 pytest_plugins = ("fake_llm",)
 
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
+INI_NO_TRITON = "[pytest]\npythonpath = .\nmarkers =\n    kernel: launches a Triton kernel\n"
 SCHEMA = json.loads(resources.files("pytest_kernelfix").joinpath("report.schema.json").read_text())
 
 
@@ -192,11 +193,13 @@ def test_conftest_hook_supplies_the_edits(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     pytester.makeconftest(
         """
-        from pytest_kernelfix.engine.parse import Modification
+        from pytest_kernelfix import Modification, Proposal, ProposalRequest
 
-        def pytest_kernelfix_propose(request, config):
+        def pytest_kernelfix_propose(request: ProposalRequest, config) -> Proposal | None:
             assert request.context.editable[0].path == "kernels/ops.py"
-            return [Modification("    y = x + factor", "    y = x * factor")]
+            edit = Modification("    y = x + factor", "    y = x * factor",
+                                file="kernels/ops.py")
+            return Proposal((edit,), analysis="scale, not offset")
         """
     )
     result = heal(pytester)  # the configured fixer (recipes) is never asked
@@ -225,3 +228,59 @@ def test_failure_outside_project_code_is_skipped_with_the_reason(
     (bug,) = report_of(pytester.path)["bugs"]
     assert bug["status"] == "skipped" and bug["reason"].startswith("no editable source")
     assert bug["rounds"] == 0 and bug["files"] == []
+
+
+def test_session_notes_reach_the_terminal_and_report_json(pytester: pytest.Pytester) -> None:
+    """A note the session makes (here: launches cannot be recorded) is in report.json too."""
+    pytester.makeini(INI_NO_TRITON)
+    pytester.makeconftest("import sys\n\nsys.modules['triton.runtime.jit'] = None\n")
+    pytester.mkpydir("pyops").joinpath("ops.py").write_text(
+        "def double(x):\n    return x + 2\n")
+    pytester.makepyfile(test_pyops=(
+        "import pytest\n\nfrom pyops.ops import double\n\n\n@pytest.mark.kernel\n"
+        "def test_double():\n    assert double(3) == 6\n"))
+    result = heal(pytester, "--kernelfix-device", "cuda")
+    result.assert_outcomes(failed=1)
+    note = "kernel launches are not recorded"
+    result.stdout.fnmatch_lines([f"note: {note}*"])
+    assert result.stdout.str().count(f"note: {note}") == 1  # once, not from two places
+    (recorded,) = report_of(pytester.path)["notes"]
+    assert recorded.startswith(note)
+
+
+def test_capture_runs_where_tests_run_and_healing_where_reports_arrive(
+    pytester: pytest.Pytester,
+) -> None:
+    """One object per role, held under StashKeys: xdist workers capture, the controller heals."""
+    pytester.makeini(INI_NO_TRITON)
+    pytester.makeconftest(
+        """
+        import json, os
+        from pytest_kernelfix.plugin import capture_key, controller_key
+
+        def pytest_sessionfinish(session):
+            config = session.config
+            role = "worker" if hasattr(config, "workerinput") else "main"
+            names = sorted(name for name, _ in config.pluginmanager.list_name_plugin()
+                           if str(name).startswith("kernelfix-"))
+            seen = {"capture": capture_key in config.stash,
+                    "controller": controller_key in config.stash, "names": names}
+            with open(f"role-{role}-{os.getpid()}.json", "w") as handle:
+                json.dump(seen, handle)
+        """
+    )
+    pytester.makepyfile(test_a="def test_a():\n    pass\n\n\ndef test_b():\n    pass\n")
+
+    def roles(*args: str) -> list[tuple[str, dict[str, object]]]:
+        for old in pytester.path.glob("role-*.json"):
+            old.unlink()
+        heal(pytester, *args).assert_outcomes(passed=2)
+        return sorted((path.name.split("-")[1], json.loads(path.read_text()))
+                      for path in pytester.path.glob("role-*.json"))
+
+    both = {"capture": True, "controller": True,
+            "names": ["kernelfix-capture", "kernelfix-controller"]}
+    assert roles() == [("main", both)]
+    controller = {"capture": False, "controller": True, "names": ["kernelfix-controller"]}
+    worker = {"capture": True, "controller": False, "names": ["kernelfix-capture"]}
+    assert roles("-n", "2") == [("main", controller), ("worker", worker), ("worker", worker)]
