@@ -17,7 +17,6 @@ from fake_llm import Delay, FakeLLM, Reply, Status, closed_port_url, empty, huge
 from hostile.project import fix_answer, report, write_project
 
 pytest_plugins = ("fake_llm",)
-pytestmark = pytest.mark.slow
 
 BASE = ("-p", "no:randomly", "-p", "no:cacheprovider")
 

@@ -61,7 +61,6 @@ def test_every_liger_launch_compiles_for_an_h100(with_shim: dict[str, Any]) -> N
     assert len(compiled) >= len(OPS)  # most launches are exact enough to compile
 
 
-@pytest.mark.slow  # a second child run, only to show what the shim is for
 @pytest.mark.parametrize("op", ["rms_norm", "geglu", "dyt"])
 def test_without_the_shim_the_interpreter_fails_falsely(
     without_shim: dict[str, Any], op: str

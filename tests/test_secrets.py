@@ -121,7 +121,6 @@ def test_k1() -> None:
 """
 
 
-@pytest.mark.slow
 def test_no_secret_leaves_a_session(
     pytester: pytest.Pytester, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
