@@ -37,6 +37,7 @@ from typing import Any
 
 from pytest_kernelfix.launches import KernelLaunch, constexpr_value, python_function
 from pytest_kernelfix.shim.devices import known_capabilities, shared_limit
+from pytest_kernelfix.target import DEFAULT_TARGET
 
 RESULT_DIR = "kernelfix-gate"
 _HIP_SHARED = {"gfx90a": 65536, "gfx942": 65536, "gfx950": 163840}
@@ -95,7 +96,7 @@ def parse_target(text: str) -> GpuTarget:
     """``"cuda:90"`` (H100), ``"cuda:80"`` (A100), ``"cuda:89"``, ``"hip:gfx942"``..."""
     backend, _, arch = text.strip().lower().partition(":")
     if backend == "cuda":
-        digits = re.fullmatch(r"(?:sm_?)?(\d{2,3})", arch or "90")
+        digits = re.fullmatch(r"(?:sm_?)?(\d{2,3})", arch or DEFAULT_TARGET.partition(":")[2])
         capability = None if digits is None else divmod(int(digits.group(1)), 10)
         limit = None if capability is None else shared_limit(capability)
         if capability is None or limit is None:
