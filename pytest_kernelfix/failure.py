@@ -140,6 +140,11 @@ def describe_exception(exc: BaseException) -> ErrorInfo:
             real = link
             break
     message = str(real)
+    detail = getattr(real, "error_message", None)
+    if type(real).__name__ in WRAPPER_TYPES and isinstance(detail, str) and detail.strip():
+        # A CompilationError's text starts "at L:C:" and the source; its own words, the
+        # error the compiler met, come first so that the headline names the real problem.
+        message = f"{detail.strip()}\n{message}"
     if type(real).__name__ in WRAPPER_TYPES and not message:
         message = repr(real)
     return ErrorInfo(type(real).__name__, message, tuple(frames))

@@ -181,3 +181,20 @@ def test_context_is_redacted_and_states_the_real_error(
     assert "Error: AttributeError: no attribute 'tanh'" in context.error_log
     assert "Raised at: kernels/gelu.py:2 in gelu_kernel" in context.error_log
     assert context.kernel_lines == ("kernels/gelu.py:2 in gelu_kernel: y = tl.tanh(x)",)
+
+
+def test_a_compilation_error_is_headed_by_the_compilers_own_words() -> None:
+    """On a GPU the compiler raises CompilationError("at 9:25: <source>" + the error):
+    the headline, the signature and the bug id must name the error, not the position."""
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    source = "def k(x):\n    y = tl.tanh(x)\n"
+    node = ast.parse(source).body[0].body[0].value  # type: ignore[attr-defined]
+    error = CompilationError(source, node, "AttributeError(\"module 'triton.language' has no "
+                                           "attribute 'tanh'\")")
+    info = describe_exception(error)
+    assert info.headline == ("CompilationError: AttributeError(\"module 'triton.language' has "
+                             "no attribute 'tanh'\")")
+    assert "at 2:8:" in info.message and "y = tl.tanh(x)" in info.message

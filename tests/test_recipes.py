@@ -200,3 +200,13 @@ def test_a_runtime_exponent_has_no_recipe() -> None:
     error = ErrorInfo("AttributeError", "module 'triton.language' has no attribute 'pow'")
     with pytest.raises(FixerError, match="no recipe"):
         RecipeFixer().propose(request_for(ELEMENTWISE.format(expr="tl.pow(x, n)"), error))
+
+
+def test_a_missing_attribute_met_by_the_gpu_compiler_gets_the_same_recipe() -> None:
+    """On a GPU the compiler, not the interpreter, meets ``tl.tanh``: a CompilationError."""
+    error = ErrorInfo("CompilationError",
+                      "AttributeError(\"module 'triton.language' has no attribute 'tanh'\")\n"
+                      "at 9:25:\n    y = tl.tanh(x)\n                         ^")
+    proposal = RecipeFixer().propose(request_for(ELEMENTWISE.format(expr="tl.tanh(x)"), error))
+    assert proposal.modifications
+    assert "tl.sigmoid" in proposal.modifications[0].new_string

@@ -286,9 +286,14 @@ def _splice(text: str, spans: list[tuple[int, int, str]]) -> str:
 # --- the recipes ----------------------------------------------------------------------
 
 
+#: How a missing ``tl`` attribute arrives: raised by the interpreter, or met by the GPU
+#: compiler (whose CompilationError carries the AttributeError in its message).
+_ATTRIBUTE_ERRORS = ("AttributeError", "CompilationError")
+
+
 def _missing_attribute(*names: str) -> Callable[[ErrorInfo], bool]:
     def applies(error: ErrorInfo) -> bool:
-        return error.type == "AttributeError" and any(
+        return error.type in _ATTRIBUTE_ERRORS and any(
             f"has no attribute '{name}'" in error.message for name in names
         )
 
@@ -445,7 +450,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "integer-power",
         lambda error: "for ** or pow()" in error.message
-        or (error.type == "AttributeError" and "has no attribute 'pow'" in error.message),
+        or (error.type in _ATTRIBUTE_ERRORS and "has no attribute 'pow'" in error.message),
         rewrite_integer_powers,
         "Triton tensors support neither ** nor tl.pow: multiply small integer powers out",
     ),
