@@ -179,14 +179,28 @@ def test_crlf_in_model_text_becomes_the_file_newline() -> None:
     ("old", "new"),
     [
         ("    num = tl.exp(x)\n", "    num = tl.exp(x + 0)"),
-        ("    num = tl.exp(x)", "    num = tl.exp(x + 0)\n"),
         ("num = tl.exp(x)\n", "num = tl.exp(x + 0)"),
+    ],
+)
+def test_a_final_newline_missing_from_new_string_does_not_join_python_lines(
+    old: str, new: str
+) -> None:
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace("tl.exp(x)", "tl.exp(x + 0)")
+    assert any("line breaks at its ends kept" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("    num = tl.exp(x)", "    num = tl.exp(x + 0)\n"),
         ("num = tl.exp(x)", "num = tl.exp(x + 0)\n"),
     ],
 )
-def test_trailing_newline_mismatch_neither_joins_nor_splits_lines(old: str, new: str) -> None:
+def test_a_final_newline_added_by_new_string_is_kept_like_str_replace(old: str, new: str) -> None:
     code = applied(KERNEL, Modification(old, new))
-    assert code == KERNEL.replace("tl.exp(x)", "tl.exp(x + 0)")
+    assert code == KERNEL.replace(old, new)
+    assert "    num = tl.exp(x + 0)\n\n    out = " in code
 
 
 def test_deleting_lines_removes_them_whole() -> None:

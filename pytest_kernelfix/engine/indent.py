@@ -8,6 +8,7 @@ the file has the code, written with the file's own indentation characters.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -73,9 +74,9 @@ def indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-# Indentation guesses for a replacement, in order; the later ones are tried only for
-# Python files whose result did not parse.
-GUESSES = (
+# How a replacement of whole lines may be indented, in order; the later ones are tried
+# only for Python files whose result did not parse.
+INDENTATIONS = (
     "new_string moved by as much as old_string was off",
     "only its first line moved and the rest as written",
     "new_string exactly as written",
@@ -107,19 +108,86 @@ def shifts(file_lines: Sequence[str], old_lines: Sequence[str], style: Style) ->
 
 
 def reindent(
-    lines: Sequence[str], first_shift: int, rest_shift: int, style: Style, guess: int
+    new_lines: Sequence[str],
+    old_lines: Sequence[str],
+    file_lines: Sequence[str],
+    style: Style,
+    mode: int,
+    reference: tuple[Sequence[str], Sequence[str]] | None = None,
 ) -> list[str]:
-    """Lines of new_string at the file's indentation, per guess (see ``GUESSES``)."""
+    """Lines of new_string at the file's indentation, per mode (see ``INDENTATIONS``).
+
+    ``old_lines`` were matched to ``file_lines``; ``reference`` (file lines, old lines)
+    measures the shifts instead when only part of them correspond (an elided search).
+    In the first mode a line the model did not move lands where the file has it (see
+    :func:`placements`); the others move by the shifts of :func:`shifts`.
+    """
+    first_shift, rest_shift = shifts(*(reference or (file_lines, old_lines)), style)
+    placed = placements(new_lines, old_lines, file_lines, style) if mode == 0 else {}
     out = []
-    lead = next((i for i, line in enumerate(lines) if line.strip()), 0)
-    for index, line in enumerate(lines):
+    lead = next((i for i, line in enumerate(new_lines) if line.strip()), 0)
+    for index, line in enumerate(new_lines):
         if not line.strip():
             out.append("")
-        elif guess == 2 or (guess == 1 and index > lead):
+        elif mode == 2 or (mode == 1 and index > lead):
             out.append(line)
+        elif index in placed:
+            out.append(placed[index])
         else:
             out.append(restyle(line, first_shift if index == lead else rest_shift, style))
     return out
+
+
+def placements(
+    new_lines: Sequence[str], old_lines: Sequence[str], file_lines: Sequence[str], style: Style
+) -> dict[int, str]:
+    """The lines of new_string the model did not move, as they land in the file.
+
+    A new line paired with an old line (the same line, or the one it replaced) that the
+    model left as it was is the file's line, byte for byte; one it changed but kept at
+    the old line's indentation gets the file line's indentation. A block shift would move
+    such a line whenever the model mis-copied its indentation alone (a continuation line
+    inside parentheses, say), though the model never meant to move it.
+    """
+    file_of = _partners(old_lines, file_lines, similar=True)
+    out = {}
+    for new_index, old_index in _partners(new_lines, old_lines, similar=False).items():
+        if old_index not in file_of:
+            continue
+        new, old, found = new_lines[new_index], old_lines[old_index], file_lines[file_of[old_index]]
+        if new.rstrip() == old.rstrip():
+            out[new_index] = found
+        elif style.width(indent_of(new)) == style.width(indent_of(old)):
+            out[new_index] = indent_of(found) + new.lstrip(" \t")
+    return out
+
+
+def _partners(a: Sequence[str], b: Sequence[str], *, similar: bool) -> dict[int, int]:
+    """Which non-blank line of ``b`` each non-blank line of ``a`` corresponds to.
+
+    Lines equal up to whitespace pair up in order; so do the lines of a changed run when
+    both sides of it have as many lines, and when ``similar`` only where the two are alike
+    (a fuzzy match may set unrelated lines side by side).
+    """
+    a_index = [i for i, line in enumerate(a) if line.strip()]
+    b_index = [i for i, line in enumerate(b) if line.strip()]
+    a_keys = [" ".join(a[i].split()) for i in a_index]
+    b_keys = [" ".join(b[i].split()) for i in b_index]
+    out = {}
+    opcodes = difflib.SequenceMatcher(None, a_keys, b_keys, autojunk=False).get_opcodes()
+    for tag, a1, a2, b1, b2 in opcodes:
+        if tag == "equal" or (tag == "replace" and a2 - a1 == b2 - b1):
+            for k in range(a2 - a1):
+                if tag == "equal" or not similar or _alike(a_keys[a1 + k], b_keys[b1 + k]):
+                    out[a_index[a1 + k]] = b_index[b1 + k]
+    return out
+
+
+def _alike(a: str, b: str) -> bool:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= _ALIKE
+
+
+_ALIKE = 0.8  # the fuzzy level's own threshold
 
 
 def restyle(line: str, shift: int, style: Style) -> str:

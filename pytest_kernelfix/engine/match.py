@@ -188,9 +188,9 @@ def find_all(content: str, search: str, *, anchor: str = "") -> tuple[Match, ...
         return (found,) if isinstance(found, Match) else found
     view = text_view(content)
     floor = view.starts[first_line]
-    aligned, inline = _exact_spans(view, query.text, floor)
-    if inline and not query.text[:1].isspace():
-        aligned += [span for span in inline if not _cuts_token(view.text, span)]
+    aligned, inline, _ = _exact_spans(view, query.text, floor)
+    if not query.text[:1].isspace():
+        aligned += inline
     if aligned:
         return tuple(Match(a, b, "exact") for a, b in _non_overlapping(sorted(aligned)))
     for phase in ("trimmed", "whitespace"):
@@ -382,24 +382,26 @@ def _locate(
     return _decide_fuzzy(view, query, first_line)
 
 
-# The exact level runs in two phases. A placement whose edges sit on line boundaries
-# (only whitespace beside it on its first and last line) comes first; one that starts or
-# ends inside a line of code ("inline") is tried only after the line-based levels failed,
-# so a re-indented search is not captured by an unrelated line it happens to be a piece of.
-_PHASES = ("exact", "trimmed", "whitespace", "inline")
+# The exact level runs in three phases. A placement whose edges sit on line boundaries
+# (only whitespace beside it on its first and last line) comes first, then one that
+# starts or ends inside a line, cuts no identifier in two and does not start with
+# indentation (``str.replace`` finds it, and it cannot be re-indented lines). The rest
+# are tried only after the line-based levels failed, so a re-indented search is not
+# captured by an unrelated line it happens to be a piece of.
+_PHASES = ("exact", "inline", "trimmed", "whitespace", "cut")
 _LEVEL_OF: dict[str, Level] = {
     "exact": "exact",
+    "inline": "exact",
     "trimmed": "trimmed",
     "whitespace": "whitespace",
-    "inline": "exact",
+    "cut": "exact",
 }
 
 
 def _spans(view: TextView, query: Query, phase: str, floor: int) -> list[Span]:
     """All placements of the query in one phase that start at or after ``floor``."""
-    if phase in ("exact", "inline"):
-        aligned, inline = _exact_spans(view, query.text, floor)
-        return aligned if phase == "exact" else inline
+    if phase in ("exact", "inline", "cut"):
+        return _exact_spans(view, query.text, floor)[_EXACT_PHASES.index(phase)]
     if not query.nonblank:
         return []
     if phase == "trimmed":
@@ -407,13 +409,18 @@ def _spans(view: TextView, query: Query, phase: str, floor: int) -> list[Span]:
     return _line_spans(view, view.nonblank_text, view.nonblank, query.nonblank, floor)
 
 
-def _exact_spans(view: TextView, search: str, floor: int) -> tuple[list[Span], list[Span]]:
-    """Substring placements: those aligned on line boundaries, and the others.
+_EXACT_PHASES = ("exact", "inline", "cut")
 
-    Among the others, ones that cut an identifier in two lose to ones that do not.
+
+def _exact_spans(
+    view: TextView, search: str, floor: int
+) -> tuple[list[Span], list[Span], list[Span]]:
+    """Substring placements: aligned on line boundaries, inside lines, cutting.
+
+    Among the cutting ones, those that cut an identifier in two lose to the others.
     """
     if not search:
-        return [], []
+        return [], [], []
     if view.newline == "\r\n" and "\r" not in search:
         search = search.replace("\n", "\r\n")
     text = view.text
@@ -424,8 +431,13 @@ def _exact_spans(view: TextView, search: str, floor: int) -> tuple[list[Span], l
         position = text.find(search, position + 1)
     aligned = [span for span in spans if _aligned(text, span)]
     inline = [span for span in spans if not _aligned(text, span)]
-    whole = [span for span in inline if not _cuts_token(text, span)]
-    return aligned, whole or inline
+    if search[0] in " \t":
+        clean, cut = [], inline
+    else:
+        clean = [span for span in inline if not _cuts_token(text, span)]
+        cut = [span for span in inline if _cuts_token(text, span)]
+    whole = [span for span in cut if not _cuts_token(text, span)]
+    return aligned, clean, whole or cut
 
 
 def _aligned(text: str, span: Span) -> bool:

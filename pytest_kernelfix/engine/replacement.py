@@ -1,8 +1,16 @@
-"""What replaces one match: the spliced span and the text that lands on it.
+"""What replaces one match: the span spliced out and the text spliced in.
 
-A match of whole lines gets ``new_string`` re-indented to the file's indentation (see
-:mod:`~pytest_kernelfix.engine.indent`); a match inside a line gets it as written. An
-elided match keeps the code it elided, and a blank ``new_string`` deletes whole lines.
+Line breaks at the ends of ``old_string`` and ``new_string`` mean what they mean to
+``str.replace``, at every level. An exact match is replaced by ``new_string`` as written.
+A match of whole lines at another level takes in the line breaks (and blank lines) that
+``old_string`` quotes at its ends, where the file has them, and puts back the ones
+``new_string`` has: one that drops the last line of its quote but keeps the line break
+leaves that line break in the file, like a plain replacement would. Inside the lines,
+``new_string`` is re-indented (:mod:`~pytest_kernelfix.engine.indent`).
+
+Two exceptions, both what a user means: a blank ``new_string`` on whole lines deletes
+those lines with their terminator, and later guesses (tried only when a Python result
+does not parse) re-indent differently or keep the file's line breaks at the ends.
 """
 
 from __future__ import annotations
@@ -10,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_kernelfix.engine.indent import Style, reindent, restyle, shifts
-from pytest_kernelfix.engine.match import Match, Query, is_elision, line_span, text_view
+from pytest_kernelfix.engine.indent import INDENTATIONS, Style, reindent, restyle
+from pytest_kernelfix.engine.match import Match, TextView, is_elision, text_view
 
 
 @dataclass(frozen=True)
@@ -27,15 +35,44 @@ class Failed(Exception):
     """A modification could not be applied; the message is the model-facing reason."""
 
 
-def edits_for(text: str, match: Match, old: str, new: str, style: Style, guess: int) -> list[Edit]:
+@dataclass(frozen=True)
+class Guess:
+    """One way to place a replacement: an indentation (``INDENTATIONS``) and its ends.
+
+    ``literal``: an exact match of whole lines gets new_string as written, like
+    ``str.replace``; the other levels have no such choice and ignore it.
+    """
+
+    indent: int
+    keep_breaks: bool = False
+    literal: bool = False
+
+    @property
+    def name(self) -> str:
+        name = "new_string as written" if self.literal else INDENTATIONS[self.indent]
+        return name + (" and the file's line breaks at its ends kept" if self.keep_breaks else "")
+
+
+# The first guess is the plain replacement; a Python file whose result does not parse
+# gets the next ones, in order.
+GUESSES = (
+    Guess(0, literal=True),
+    Guess(0, keep_breaks=True, literal=True),
+    *(Guess(indent, keep) for indent in range(len(INDENTATIONS)) for keep in (False, True)),
+)
+
+
+def edits_for(
+    text: str, match: Match, old: str, new: str, style: Style, guess: Guess
+) -> list[Edit]:
     """The edits that replace one match; an elided match keeps what it elided."""
     if not match.parts:
         return [_edit(text, match, old, new, style, guess)]
-    old_parts = Query.of(old).elided
+    old_parts = _elided_pieces(old)
     new_parts = _elided_pieces(new)
     if len(new_parts) == len(old_parts):
         return [
-            _edit(text, part, "\n".join(o), "\n".join(n), style, guess)
+            _edit(text, part, "\n".join(o), "\n".join(n), style, guess, literal=False)
             for part, o, n in zip(match.parts, old_parts, new_parts, strict=True)
         ]
     if len(new_parts) > 1:
@@ -44,9 +81,10 @@ def edits_for(text: str, match: Match, old: str, new: str, style: Style, guess: 
             f"{len(new_parts)}; keep the same '...' lines in both, or write new_string in full."
         )
     head = match.parts[0]
-    reference = (_span_lines(text, head), Query.of("\n".join(old_parts[0])).lines)
+    first, last, _ = _core_lines(text, head)
+    reference = (text_view(text).raw[first : last + 1], _strip_blank(old_parts[0]))
     whole = Match(match.start, match.end, head.level, match.score)
-    return [_edit(text, whole, old, new, style, guess, reference)]
+    return [_edit(text, whole, old, new, style, guess, reference=reference, literal=False)]
 
 
 def placeholder(line: str) -> bool:
@@ -54,9 +92,10 @@ def placeholder(line: str) -> bool:
     return is_elision(line) and line.lstrip().startswith(("#", "//"))
 
 
-def _elided_pieces(new: str) -> list[list[str]]:
+def _elided_pieces(text: str) -> list[list[str]]:
+    """The lines between elision lines, blank lines at their edges kept (they count)."""
     pieces: list[list[str]] = [[]]
-    for line in new.split("\n"):
+    for line in text.split("\n"):
         if is_elision(line):
             pieces.append([])
         else:
@@ -64,10 +103,9 @@ def _elided_pieces(new: str) -> list[list[str]]:
     return [piece for piece in pieces if any(line.strip() for line in piece)]
 
 
-def _span_lines(text: str, match: Match) -> Sequence[str]:
-    view = text_view(text)
-    first, last = line_span(text, match)
-    return view.raw[first - 1 : last]
+def _strip_blank(lines: Sequence[str]) -> list[str]:
+    nonblank = [i for i, line in enumerate(lines) if line.strip()]
+    return list(lines[nonblank[0] : nonblank[-1] + 1]) if nonblank else []
 
 
 def _edit(
@@ -76,66 +114,160 @@ def _edit(
     old: str,
     new: str,
     style: Style,
-    guess: int,
+    guess: Guess,
+    *,
     reference: tuple[Sequence[str], Sequence[str]] | None = None,
+    literal: bool = True,
 ) -> Edit:
+    """One match's edit. ``literal``: ``old`` is exactly what the match searched for."""
+    first, last, whole = _core_lines(text, match)
+    deletes = not new.strip() and "\n" not in new
+    if not whole:
+        if not literal:  # a piece of an elided search, found inside a line
+            old, new = ("\n".join(_strip_blank(s.split("\n"))) for s in (old, new))
+        return _plain(text, match, old, new, style, guess.keep_breaks)
+    if match.level == "exact" and literal and guess.literal and not deletes:
+        return _plain(text, match, old, new, style, guess.keep_breaks)
+    return _whole_lines(text, first, last, old, new, style, guess, reference)
+
+
+def _core_lines(text: str, match: Match) -> tuple[int, int, bool]:
+    """First and last line of the match's text without its blank edges, and whether
+    that text is whole lines (only whitespace beside it on those lines)."""
     view = text_view(text)
-    end = match.end
-    if text[match.start : end].endswith("\n"):
-        end -= 2 if text[match.start : end].endswith("\r\n") else 1
-    first = view.line_of(match.start)
-    last = view.line_of(max(match.start, end - 1))
-    whole_lines = not text[view.starts[first] : match.start].strip() and end == view.end(last)
-    if not whole_lines:
-        return Edit(match.start, match.end, _inline(old, new, style))
-    old_lines, new_lines = _aligned_lines(old, new)
-    if not any(line.strip() for line in new_lines):
-        return _deletion(text, first, last)
-    file_lines, ref_old = reference or (view.raw[first : last + 1], old_lines)
-    first_shift, rest_shift = shifts(file_lines, ref_old, style)
-    body = reindent(new_lines, first_shift, rest_shift, style, guess)
-    return Edit(view.starts[first], view.end(last), style.newline.join(body))
+    span = text[match.start : match.end]
+    start = match.start + len(span) - len(span.lstrip())
+    end = max(start + 1, match.start + len(span.rstrip()))
+    first, last = view.line_of(start), view.line_of(end - 1)
+    whole = not text[view.starts[first] : start].strip() and not text[end : view.end(last)].strip()
+    return first, last, whole
 
 
-def _inline(old: str, new: str, style: Style) -> str:
-    """A replacement inside a line: same line ending policy, the file's newline and tabs."""
-    if old.endswith("\n") and new and not new.endswith("\n"):
-        new += "\n"
-    elif new.endswith("\n") and not old.endswith("\n"):
-        new = new[:-1]
+def _plain(text: str, match: Match, old: str, new: str, style: Style, keep_breaks: bool) -> Edit:
+    """``new`` exactly where ``old`` was, in the file's newline and indentation characters."""
+    if keep_breaks:
+        new = _with_breaks(new, old)
     lines = new.split("\n")
+    at_line_start = match.start == 0 or text[match.start - 1] == "\n"
+    head = restyle(lines[0], 0, style) if at_line_start else lines[0]
     rest = [restyle(line, 0, style) for line in lines[1:]]
-    return style.newline.join([lines[0], *rest])
+    return Edit(match.start, match.end, style.newline.join([head, *rest]))
 
 
-def _aligned_lines(old: str, new: str) -> tuple[list[str], list[str]]:
-    """Old and new as lines, without the edge lines (blank or '...') that old only framed.
+def _with_breaks(new: str, old: str) -> str:
+    """``new`` with the blank lines and line breaks at its ends taken from ``old``."""
+    old_lead, _, old_tail = _edges(old.split("\n"))
+    _, core, _ = _edges(new.split("\n"))
+    if not core:
+        return new
+    return "\n" * old_lead + "\n".join(core) + "\n" * old_tail
 
-    A final newline on either side is dropped first, so an edit that adds or forgets it
-    neither joins nor splits lines.
+
+def _whole_lines(
+    text: str,
+    first: int,
+    last: int,
+    old: str,
+    new: str,
+    style: Style,
+    guess: Guess,
+    reference: tuple[Sequence[str], Sequence[str]] | None,
+) -> Edit:
+    """Replace lines ``first..last``, plus the line breaks old_string quotes around them.
+
+    ``k`` line breaks quoted at an end take in ``c = min(k, room)`` of the file's (the
+    room being the breaks up to the next code); the replacement puts back the ``j`` that
+    new_string has, less the ``k - c`` the file lacked: the plain replacement of the span
+    old_string stands for. A blank new_string without a line break deletes the lines.
     """
-    old_lines = old.removesuffix("\n").split("\n")
-    new_lines = new.removesuffix("\n").split("\n")
-    for edge in (0, -1):
-        while old_lines and new_lines and _frame(old_lines[edge]) and _frame(new_lines[edge]):
-            old_lines.pop(edge)
-            new_lines.pop(edge)
-        while old_lines and _frame(old_lines[edge]):
-            old_lines.pop(edge)
-    return old_lines, new_lines
-
-
-def _frame(line: str) -> bool:
-    return not line.strip() or is_elision(line)
-
-
-def _deletion(text: str, first: int, last: int) -> Edit:
-    """Remove whole lines together with one line terminator."""
     view = text_view(text)
+    old_lines, new_lines = _unframed(old.split("\n"), new.split("\n"))
+    k_lead, old_core, k_tail = _edges(old_lines)
+    j_lead, new_core, j_tail = _edges(new_lines)
+    if guess.keep_breaks:
+        j_lead, j_tail = k_lead, k_tail
+    room_lead, room_tail = _room(view, first, last)
+    c_lead, c_tail = min(k_lead, room_lead), min(k_tail, room_tail)
+    if not new_core and len(new_lines) == 1:
+        return _deletion(view, first, last, c_lead, c_tail)
+    if new_core:
+        body = reindent(
+            new_core, old_core, view.raw[first : last + 1], style, guess.indent, reference
+        )
+        lead, tail = _kept(j_lead, k_lead, c_lead), _kept(j_tail, k_tail, c_tail)
+    else:  # only line breaks: as many as new_string has, less those the file lacked
+        body, lead = [], max(0, len(new_lines) - 1 - (k_lead - c_lead) - (k_tail - c_tail))
+        tail = 0
+    newline = style.newline
+    replacement = newline * lead + newline.join(body) + newline * tail
+    start = view.end(first - c_lead) if c_lead else view.starts[first]
+    end = view.starts[last + c_tail] if c_tail else view.end(last)
+    return Edit(start, end, replacement)
+
+
+def _unframed(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
+    """Old and new lines without the elision lines that frame old_string at its ends.
+
+    Such a line stands for code beyond the match, together with the line break between
+    it and the quote; new_string's own elision line at the same end goes with it.
+    """
+    for edge in (0, -1):
+        while (outer := _outer(old, edge)) is not None and is_elision(old[outer]):
+            old = old[outer + 1 :] if edge == 0 else old[:outer]
+            mirror = _outer(new, edge)
+            if mirror is not None and is_elision(new[mirror]):
+                new = new[mirror + 1 :] if edge == 0 else new[:mirror]
+    return old, new
+
+
+def _outer(lines: list[str], edge: int) -> int | None:
+    """Index of the outermost non-blank line at one end (0: the start, -1: the end)."""
+    order = range(len(lines)) if edge == 0 else range(len(lines) - 1, -1, -1)
+    return next((i for i in order if lines[i].strip()), None)
+
+
+def _edges(lines: list[str]) -> tuple[int, list[str], int]:
+    """Line breaks before the first non-blank line, the lines from it to the last
+    non-blank line, and line breaks after that (``"a\\n\\n"``: 0, ``["a"]``, 2)."""
+    nonblank = [i for i, line in enumerate(lines) if line.strip()]
+    if not nonblank:
+        return 0, [], 0
+    return nonblank[0], lines[nonblank[0] : nonblank[-1] + 1], len(lines) - 1 - nonblank[-1]
+
+
+def _room(view: TextView, first: int, last: int) -> tuple[int, int]:
+    """Line breaks between lines ``first..last`` and the code (or file edge) around them."""
+    raw = view.raw
+    before = first - 1
+    while before >= 0 and not raw[before].strip():
+        before -= 1
+    after = last + 1
+    while after < len(raw) and not raw[after].strip():
+        after += 1
+    return first - max(before, 0), (after if after < len(raw) else len(raw) - 1) - last
+
+
+def _kept(wanted: int, quoted: int, taken: int) -> int:
+    """Line breaks to write at one end: new_string's, less the quoted ones the file
+    lacked; never none where breaks were taken and new_string has some (that would join
+    two lines because old_string quoted a blank line that is not there)."""
+    return max(wanted - (quoted - taken), 1 if wanted and taken else 0)
+
+
+def _deletion(view: TextView, first: int, last: int, c_lead: int, c_tail: int) -> Edit:
+    """Remove whole lines and the blank lines quoted around them, with one terminator.
+
+    Breaks taken at both ends would join the lines around the deletion: one stays.
+    """
+    if c_lead and c_tail:
+        c_tail -= 1
+    if c_lead:
+        end = view.starts[last + c_tail] if c_tail else view.end(last)
+        return Edit(view.end(first - c_lead), end, "")
+    if c_tail:
+        return Edit(view.starts[first], view.starts[last + c_tail], "")
     if last + 1 < len(view.starts):
         return Edit(view.starts[first], view.starts[last + 1], "")
     if first > 0:
         return Edit(view.end(first - 1), view.end(last), "")
-    return Edit(0, len(text), "")
-
-
+    return Edit(0, len(view.text), "")

@@ -12,12 +12,12 @@ model can act on in the next round.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pytest_kernelfix.engine import chunks
 from pytest_kernelfix.engine.diff import unified_diff
-from pytest_kernelfix.engine.indent import GUESSES, Style, has_leading_tab
+from pytest_kernelfix.engine.indent import Style, has_leading_tab
 from pytest_kernelfix.engine.match import (
     LEVELS,
     Ambiguous,
@@ -31,7 +31,7 @@ from pytest_kernelfix.engine.match import (
     text_view,
 )
 from pytest_kernelfix.engine.parse import Modification, ParsedResponse
-from pytest_kernelfix.engine.replacement import Edit, Failed, edits_for, placeholder
+from pytest_kernelfix.engine.replacement import GUESSES, Edit, Failed, edits_for, placeholder
 
 __all__ = ["DiffResult", "Style", "apply_modifications", "clear_caches", "unified_diff"]
 
@@ -137,8 +137,8 @@ class _State:
 
     def _plan(
         self, modification: Modification, old: str, new: str, notes: list[str]
-    ) -> tuple[str, list[tuple[str, list[Edit]]]]:
-        """The match level and the candidate edit lists, best indentation guess first.
+    ) -> tuple[str, Iterator[tuple[str, list[Edit]]]]:
+        """The match level and the candidate edit lists, the plain replacement first.
 
         ``notes`` collects what to warn about should the modification apply.
         """
@@ -173,15 +173,21 @@ class _State:
                     f"matched {line_range(*line_span(self.text, match))} only fuzzily "
                     f"(similarity {match.score:.2f}); check it changed the intended code."
                 )
-        guesses: list[tuple[str, list[Edit]]] = []
-        for guess, name in enumerate(GUESSES):
+        level = max((m.level for m in matches), key=LEVELS.index)
+        return level, self._candidates(matches, old, new)
+
+    def _candidates(
+        self, matches: tuple[Match, ...], old: str, new: str
+    ) -> Iterator[tuple[str, list[Edit]]]:
+        """Each guess's edits, built only when the ones before did not parse."""
+        seen: list[list[Edit]] = []
+        for guess in GUESSES:
             edits = [
                 e for m in matches for e in edits_for(self.text, m, old, new, self.style, guess)
             ]
-            if all(edits != seen for _, seen in guesses):
-                guesses.append((name, edits))
-        level = max((m.level for m in matches), key=LEVELS.index)
-        return level, guesses
+            if edits not in seen:
+                seen.append(edits)
+                yield guess.name, edits
 
     def _locate(
         self, modification: Modification, old: str
@@ -215,24 +221,26 @@ class _State:
                         "already changed; merge the two into one modification."
                     )
 
-    def _commit(self, guesses: list[tuple[str, list[Edit]]], label: str, notes: list[str]) -> None:
-        problem = ""
+    def _commit(
+        self, guesses: Iterator[tuple[str, list[Edit]]], label: str, notes: list[str]
+    ) -> None:
+        problem, tried = "", []
         for attempt, (name, edits) in enumerate(guesses):
+            tried.append(name)
             text, regions = _splice(self.text, edits)
             problem = self._syntax_problem(text, edits)
             if not problem:
                 if attempt:
                     notes.append(
-                        f"was re-indented into code that did not parse; it was applied with "
-                        f"{name} instead."
+                        f"would not parse as written; it was applied with {name} instead."
                     )
                 self._shift_touched(edits)
                 self.touched += [(start, end, label) for start, end in regions]
                 self.text = text
                 return
-        tried = "; ".join(name for name, _ in guesses) if len(guesses) > 1 else "as is"
+        ways = "; ".join(tried) if len(tried) > 1 else "as is"
         raise Failed(
-            f"the result would not parse as Python ({problem}); indentations tried: {tried}. "
+            f"the result would not parse as Python ({problem}); placements tried: {ways}. "
             "Check the indentation and brackets of new_string."
         )
 
