@@ -215,11 +215,14 @@ def exact_quote(draw: st.DrawFn) -> tuple[str, str, str]:
     old = text[a:b]
     assume(old.strip() and occurrences(text, old) == 1)
     # Like str.replace, the engine takes a quote that cuts no identifier in two; one that
-    # starts with indentation means lines unless it is whole lines (see match._PHASES).
+    # starts with indentation means lines unless it is whole lines (see match._PHASES),
+    # and one that starts right after a line's indentation is lines copied without it.
     assume(not (a > 0 and is_word(text[a - 1]) and is_word(text[a])))
     assume(not (b < len(text) and is_word(text[b - 1]) and is_word(text[b])))
     whole = (a == 0 or text[a - 1] == "\n") and (b == len(text) or "\n" in (text[b - 1], text[b]))
     assume(old[0] not in " \t" or whole)
+    before = text[text.rfind("\n", 0, a) + 1 : a]
+    assume(not before or before.strip())
     lead, tail = draw(edge_breaks())
     new = lead + "\n".join(draw(NEW_LINES)) + tail
     assume(new != old and (new.strip() or "\n" in new))  # blank: a deletion, tested below

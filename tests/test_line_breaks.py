@@ -155,3 +155,18 @@ def test_a_final_line_break_dropped_from_new_string_joins_lines_only_outside_pyt
     result = apply(KERNEL, Modification(old, new))  # joined, the lines would not parse
     assert result.code == KERNEL.replace("mask=mask)\n    y", "mask=mask, other=0.0)\n    y")
     assert any("line breaks at its ends kept" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        ("x = 2\ny = x", "    x = 2\n    y = x\n"),  # a line added below
+        ("\nx = 2", "\n    x = 2\n"),  # a blank line added above
+    ],
+)
+def test_a_line_quoted_without_its_indentation_is_re_indented_whole(
+    new: str, expected: str
+) -> None:
+    content = "def f():\n    x = 1\n    return x\n"
+    result = apply(content, Modification("x = 1", new), path="notes.txt")
+    assert result.code == "def f():\n" + expected + "    return x\n"

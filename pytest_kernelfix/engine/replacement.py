@@ -1,8 +1,10 @@
 """What replaces one match: the span spliced out and the text spliced in.
 
 Line breaks at the ends of ``old_string`` and ``new_string`` mean what they mean to
-``str.replace``, at every level. An exact match is replaced by ``new_string`` as written.
-A match of whole lines at another level takes in the line breaks (and blank lines) that
+``str.replace``, at every level. An exact match is replaced by ``new_string`` as written,
+unless it is whole lines whose first one was copied without its indentation: those are
+re-indented like the other levels' matches. A match of whole lines at another level
+takes in the line breaks (and blank lines) that
 ``old_string`` quotes at its ends, where the file has them, and puts back the ones
 ``new_string`` has: one that drops the last line of its quote but keeps the line break
 leaves that line break in the file, like a plain replacement would. Inside the lines,
@@ -127,7 +129,10 @@ def _edit(
             old, new = ("\n".join(_strip_blank(s.split("\n"))) for s in (old, new))
         return _plain(text, match, old, new, style, guess.keep_breaks)
     if match.level == "exact" and literal and guess.literal and not deletes:
-        return _plain(text, match, old, new, style, guess.keep_breaks)
+        view = text_view(text)
+        indent = text[view.starts[view.line_of(match.start)] : match.start]
+        if not indent or indent.strip():  # not lines copied without their indentation
+            return _plain(text, match, old, new, style, guess.keep_breaks)
     return _whole_lines(text, first, last, old, new, style, guess, reference)
 
 
