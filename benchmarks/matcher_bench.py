@@ -372,7 +372,11 @@ def _typo(
 
 
 def _with_typo(lines: list[str], rng: random.Random) -> str:
-    spots = [i for i, line in enumerate(lines) if len(line.strip()) >= 12]
+    spots = [
+        i
+        for i, line in enumerate(lines)
+        if len(line.strip()) >= 12 and any(ch.isalnum() for ch in line)
+    ]
     i = rng.choice(spots)
     line = lines[i]
     positions = [p for p, ch in enumerate(line) if ch.isalnum()]
