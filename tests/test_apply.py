@@ -146,6 +146,28 @@ def test_syntax_check_inside_a_method_of_a_class() -> None:
     assert moved.endswith("    scale = 2\n")
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("        y = x + 1\n", "        y = (x + 1\n", 6),  # in a method: its chunk alone
+        ("    return 1\n", "    return (1\n", 11),  # in a top-level function
+    ],
+)
+def test_a_syntax_error_is_reported_at_its_line_in_the_file(old: str, new: str, line: int) -> None:
+    content = (
+        "import math\n\n\n"
+        "class Op:\n"
+        "    def forward(ctx, x):\n"
+        "        y = x + 1\n"
+        "        return y\n\n\n"
+        "def f():\n"
+        "    return 1\n"
+    )
+    result = apply(content, Modification(old, new))
+    assert not result.success
+    assert f"at line {line})" in result.errors[0]
+
+
 def test_tabs_in_model_text_follow_a_space_indented_file() -> None:
     old = "\tnum = tl.exp(x)\n\tout = num / tl.sum(num, axis=0)"
     new = "\tnum = tl.exp(x)\n\tif True:\n\t\tout = num / tl.sum(num, axis=0)"

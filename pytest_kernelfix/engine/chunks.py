@@ -27,12 +27,12 @@ def is_python(path: str, code: str) -> bool:
     return bool(code.strip()) and not syntax_error(code)
 
 
-def syntax_error(text: str) -> str:
-    """'' when the text parses, else the error and its line."""
+def syntax_error(text: str, first_line: int = 0) -> str:
+    """'' when the text parses, else the error and its line (``first_line`` + its own)."""
     try:
         ast.parse(text)
     except SyntaxError as exc:
-        return f"{exc.msg} at line {exc.lineno or 1}"
+        return f"{exc.msg} at line {first_line + (exc.lineno or 1)}"
     except (ValueError, RecursionError, MemoryError) as exc:
         return str(exc) or type(exc).__name__
     return ""
@@ -44,30 +44,34 @@ def syntax_problem(
     """Why ``after`` (``before`` with ``edits`` applied) no longer parses, or ''.
 
     '' also when the text did not parse before the edit: ``whole_parses`` says whether
-    ``before`` parses as a whole, asked only when the chunks cannot tell.
+    ``before`` parses as a whole, asked only when the chunks cannot tell. An error found
+    in a chunk is reported at its line in the file, without parsing the whole file.
     """
     if not edits:
         return ""
+
+    def error_after(lo: int, hi: int, depth: int = 0) -> str | None:
+        """The error of ``after`` between the moved borders; None when it cannot say."""
+        start, stop = _moved(lo, edits), _moved(hi, edits)
+        piece = _dedent(after[start:stop], depth) if depth else after[start:stop]
+        return None if piece is None else syntax_error(piece, after.count("\n", 0, start))
+
     nested = _nested_chunk(before, edits[0].start, edits[-1].end)
     if nested is not None:
         lo, hi, depth = nested
-        fixed = _dedent(after[_moved(lo, edits) : _moved(hi, edits)], depth)
-        if fixed is not None and not syntax_error(fixed):
+        problem = error_after(lo, hi, depth)
+        if problem == "":
             return ""
         old = _dedent(before[lo:hi], depth)
         if old is not None and not syntax_error(old):
-            return syntax_error(after)  # it parsed before the edit: the error stands
+            return problem or syntax_error(after)  # it parsed before the edit: it stands
     for widen in range(_WIDEN):
         chunks = _merged([_chunk(before, e.start, e.end, widen) for e in edits])
-        failing = [
-            (lo, hi)
-            for lo, hi in chunks
-            if syntax_error(after[_moved(lo, edits) : _moved(hi, edits)])
-        ]
+        failing = [(lo, hi, problem) for lo, hi in chunks if (problem := error_after(lo, hi))]
         if not failing:
             return ""
-        if not any(syntax_error(before[lo:hi]) for lo, hi in failing):
-            return syntax_error(after)  # they parsed before the edit: the error stands
+        if not any(syntax_error(before[lo:hi]) for lo, hi, _ in failing):
+            return str(failing[0][2])  # they parsed before the edit: the error stands
     return syntax_error(after) if whole_parses() else ""
 
 

@@ -36,6 +36,9 @@ GAP = 0.1
 # search, so this leaves a wide margin under THRESHOLD - GAP.
 _PREFILTER = 0.5
 _TOP_WINDOWS = 6
+# Characters of window text scored per window size: long searches score fewer of the
+# windows that clear the prefilter (the best estimates first), which bounds the cost.
+_SCORED_CHARS = 60_000
 _MAX_ROWS = 12
 _EDGE_FIT = 50.0  # an edge line this unlike the search's edge lines matches nothing
 _EDGE_MARGIN = 3.0  # ...unless leaving it out costs more similarity than this
@@ -591,7 +594,7 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
         return NoMatch(LEVELS, _fragment(view, best))
     rivals = [result.rival(best)]
     if first_line:
-        rivals.append(_fuzzy(view, query, 0).rival(best))
+        rivals.append(_fuzzy(view, query, 0, floor=best.score - _IRRELEVANT).rival(best))
     rival = max((w for w in rivals if w is not None), key=lambda w: w.score, default=None)
     if rival is not None and best.score - rival.score < GAP * 100 - _EPS:
         return Ambiguous(
@@ -640,8 +643,17 @@ def _without_stray_edge(view: TextView, query: Query, window: _Window) -> _Windo
     return trimmed if trimmed.score >= window.score - _EDGE_MARGIN else window
 
 
-def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:
-    """The best window and the best window that does not overlap it."""
+def _fuzzy(
+    view: TextView, query: Query, first_line: int, floor: float | None = None
+) -> _FuzzyResult:
+    """The best window and every window scored on its full text.
+
+    Windows are ranked by an estimate from line scores; the best-ranked window of each
+    size is scored first, and the others only as far as they could still matter: one
+    that scores below ``floor`` (by default the best score so far less
+    :data:`_IRRELEVANT`) can be neither the best nor a rival within the gap, so its score
+    is cut short and recorded as 0.
+    """
     offset = bisect_left(view.nonblank, first_line)
     lines = view.nonblank_text[offset:]
     wanted = query.nonblank
@@ -650,12 +662,24 @@ def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:
     if not sizes:
         return _FuzzyResult(None)
     estimates = _estimates(wanted, lines, view.nonblank_lengths[offset:], sizes)
-    chosen = _promising(estimates, set())
-    scored = _score(view, offset, query, chosen)
+    limit = min(_MAX_WINDOWS, max(_TOP_WINDOWS, _SCORED_CHARS // (sum(map(len, wanted)) + n)))
+    chosen = _promising(estimates, set(), limit)
+    scored: list[_Window] = []
+    if floor is None:
+        leaders = {(int(np.argmax(values)), k) for k, values in estimates.items()}
+        scored = _score(view, offset, query, leaders)
+        floor = max(w.score for w in scored) - _IRRELEVANT
+        chosen -= leaders
+    scored += _score(view, offset, query, chosen, floor)
     first_best = max(scored, key=lambda w: _rank(w, n))
-    far = _promising(estimates, {(first_best.start - offset, first_best.size)})
-    scored += _score(view, offset, query, far - chosen)
+    far = _promising(estimates, {(first_best.start - offset, first_best.size)}, limit)
+    scored += _score(view, offset, query, far - chosen, floor)
     return _FuzzyResult(max(scored, key=lambda w: _rank(w, n)), tuple(scored))
+
+
+# A window this far below the best can change no decision: the best may lose its stray
+# edge line (up to _EDGE_MARGIN) and a rival matters within GAP of what is left.
+_IRRELEVANT = GAP * 100 + _EDGE_MARGIN + 1
 
 
 def _rank(window: _Window, size: int) -> tuple[float, int, int]:
@@ -721,8 +745,11 @@ def _estimates(
     return estimates
 
 
-def _promising(estimates: dict[int, np.ndarray], excluded: set[tuple[int, int]]) -> set[Span]:
-    """Windows worth a full score: the estimate clears the prefilter, or ranks on top.
+def _promising(
+    estimates: dict[int, np.ndarray], excluded: set[tuple[int, int]], limit: int
+) -> set[Span]:
+    """Windows worth a full score: the estimate ranks on top, or clears the prefilter
+    (at most ``limit`` of those per size, the best estimates first).
 
     ``excluded`` holds one window whose neighbourhood is masked, so that the best
     windows elsewhere in the file are always scored too (they are the rivals).
@@ -736,20 +763,26 @@ def _promising(estimates: dict[int, np.ndarray], excluded: set[tuple[int, int]])
         top = min(_TOP_WINDOWS, len(masked))
         best = np.argpartition(-masked, top - 1)[:top]
         passing = np.flatnonzero(masked >= _PREFILTER)
-        if len(passing) > _MAX_WINDOWS:
-            passing = passing[np.argsort(-masked[passing])[:_MAX_WINDOWS]]
+        if len(passing) > limit:
+            passing = passing[np.argsort(-masked[passing])[:limit]]
         chosen.update((int(i), k) for i in (*best, *passing) if masked[i] >= 0)
     return chosen
 
 
-def _score(view: TextView, offset: int, query: Query, windows: set[Span]) -> list[_Window]:
+def _score(
+    view: TextView, offset: int, query: Query, windows: set[Span], floor: float = 0.0
+) -> list[_Window]:
+    """Windows with their similarity on the full text; below ``floor`` it reads 0."""
     if not windows:
         return []
     text, offsets = view.joined
     ordered = sorted(windows)
     bodies = [text[offsets[offset + i] : offsets[offset + i + k] - 1] for i, k in ordered]
     wanted = "\n".join(query.nonblank)
-    scores = process.cdist([wanted], bodies, scorer=fuzz.ratio, dtype=np.float64)[0]
+    cutoff = max(0.0, floor)
+    scores = process.cdist(
+        [wanted], bodies, scorer=fuzz.ratio, dtype=np.float64, score_cutoff=cutoff
+    )[0]
     return [
         _Window(offset + i, k, float(score)) for (i, k), score in zip(ordered, scores, strict=True)
     ]
