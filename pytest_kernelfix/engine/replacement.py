@@ -1,14 +1,13 @@
 """What replaces one match: the span spliced out and the text spliced in.
 
 Line breaks at the ends of ``old_string`` and ``new_string`` mean what they mean to
-``str.replace``, at every level. An exact match is replaced by ``new_string`` as written,
-unless it is whole lines whose first one was copied without its indentation: those are
-re-indented like the other levels' matches. A match of whole lines at another level
-takes in the line breaks (and blank lines) that
-``old_string`` quotes at its ends, where the file has them, and puts back the ones
-``new_string`` has: one that drops the last line of its quote but keeps the line break
-leaves that line break in the file, like a plain replacement would. Inside the lines,
-``new_string`` is re-indented (:mod:`~pytest_kernelfix.engine.indent`).
+``str.replace``, at every level. An exact match is replaced by ``new_string`` as
+written, unless it is whole lines whose first one was copied without its indentation:
+those are re-indented like the other levels' matches. A match of whole lines takes in
+the line breaks (and blank lines) that ``old_string`` quotes at its ends, where the file
+has them, and puts back the ones ``new_string`` has: a quote whose last line was deleted
+but whose line break was kept leaves that line break in the file, as a plain replacement
+would. Inside the lines, ``new_string`` is re-indented (:mod:`~pytest_kernelfix.engine.indent`).
 
 Two exceptions, both what a user means: a blank ``new_string`` on whole lines deletes
 those lines with their terminator, and later guesses (tried only when a Python result
