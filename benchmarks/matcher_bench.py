@@ -13,7 +13,7 @@ text, or, for kinds that must be refused, stayed unchanged), ``refused`` (unchan
 Each edit's time is also given as a ratio to one ``ast.parse`` of the same file (the
 best of several), so small and large files compare, and machines too.
 
-Usage: python benchmarks/matcher_bench.py [--seed 0] [--per-kind 40] [--repeat 3]
+Usage: python benchmarks/matcher_bench.py [--seed 0] [--per-kind 40] [--repeat 5] [--wall]
 """
 
 from __future__ import annotations
@@ -821,7 +821,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--per-kind", type=int, default=40)
-    parser.add_argument("--repeat", type=int, default=3, help="timed passes; the best counts")
+    parser.add_argument("--repeat", type=int, default=5, help="timed passes; the best counts")
     parser.add_argument("--show-wrong", action="store_true")
     parser.add_argument("--wall", action="store_true", help="wall-clock time, not CPU time")
     args = parser.parse_args()
