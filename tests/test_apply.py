@@ -146,6 +146,28 @@ def test_syntax_check_inside_a_method_of_a_class() -> None:
     assert moved.endswith("    scale = 2\n")
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("        y = x + 1\n", "        y = (x + 1\n", 6),  # in a method: its chunk alone
+        ("    return 1\n", "    return (1\n", 11),  # in a top-level function
+    ],
+)
+def test_a_syntax_error_is_reported_at_its_line_in_the_file(old: str, new: str, line: int) -> None:
+    content = (
+        "import math\n\n\n"
+        "class Op:\n"
+        "    def forward(ctx, x):\n"
+        "        y = x + 1\n"
+        "        return y\n\n\n"
+        "def f():\n"
+        "    return 1\n"
+    )
+    result = apply(content, Modification(old, new))
+    assert not result.success
+    assert f"at line {line})" in result.errors[0]
+
+
 def test_tabs_in_model_text_follow_a_space_indented_file() -> None:
     old = "\tnum = tl.exp(x)\n\tout = num / tl.sum(num, axis=0)"
     new = "\tnum = tl.exp(x)\n\tif True:\n\t\tout = num / tl.sum(num, axis=0)"
@@ -179,14 +201,28 @@ def test_crlf_in_model_text_becomes_the_file_newline() -> None:
     ("old", "new"),
     [
         ("    num = tl.exp(x)\n", "    num = tl.exp(x + 0)"),
-        ("    num = tl.exp(x)", "    num = tl.exp(x + 0)\n"),
         ("num = tl.exp(x)\n", "num = tl.exp(x + 0)"),
+    ],
+)
+def test_a_final_newline_missing_from_new_string_does_not_join_python_lines(
+    old: str, new: str
+) -> None:
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace("tl.exp(x)", "tl.exp(x + 0)")
+    assert any("line breaks at its ends kept" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("    num = tl.exp(x)", "    num = tl.exp(x + 0)\n"),
         ("num = tl.exp(x)", "num = tl.exp(x + 0)\n"),
     ],
 )
-def test_trailing_newline_mismatch_neither_joins_nor_splits_lines(old: str, new: str) -> None:
+def test_a_final_newline_added_by_new_string_is_kept_like_str_replace(old: str, new: str) -> None:
     code = applied(KERNEL, Modification(old, new))
-    assert code == KERNEL.replace("tl.exp(x)", "tl.exp(x + 0)")
+    assert code == KERNEL.replace(old, new)
+    assert "    num = tl.exp(x + 0)\n\n    out = " in code
 
 
 def test_deleting_lines_removes_them_whole() -> None:

@@ -176,3 +176,152 @@ def test_git_apply_reproduces_the_after_text(
             capture_output=True,
         )
         assert target.read_bytes() == new.encode()
+
+
+# --- line breaks at the ends of a quote ---------------------------------------------------
+
+BLANK = st.sampled_from(["", "", "    "])
+ROUGH_FILE = st.tuples(st.lists(st.one_of(LINE, BLANK), min_size=1, max_size=24), st.booleans())
+NEW_LINES = st.lists(st.one_of(LINE, BLANK, st.sampled_from(["x = 1", "acc + 2"])), max_size=4)
+
+
+def is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+@st.composite
+def offset(draw: st.DrawFn, text: str) -> int:
+    """Any offset, or one at a line boundary (those are where line breaks get lost)."""
+    starts = [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n")]
+    ends = [i for i, ch in enumerate(text) if ch == "\n"] + [len(text)]
+    return draw(
+        st.one_of(
+            st.integers(0, len(text)), st.sampled_from(starts), st.sampled_from(ends)
+        )
+    )
+
+
+@st.composite
+def edge_breaks(draw: st.DrawFn) -> tuple[str, str]:
+    return "\n" * draw(st.integers(0, 2)), "\n" * draw(st.integers(0, 2))
+
+
+@st.composite
+def exact_quote(draw: st.DrawFn) -> tuple[str, str, str]:
+    """A file, a substring of it that occurs once, and an arbitrary new_string."""
+    lines, trailing = draw(ROUGH_FILE)
+    text = join(lines, trailing)
+    a, b = sorted((draw(offset(text)), draw(offset(text))))
+    old = text[a:b]
+    assume(old.strip() and occurrences(text, old) == 1)
+    # Like str.replace, the engine takes a quote that cuts no identifier in two; one that
+    # starts with indentation means lines unless it is whole lines (see match._PHASES),
+    # and one that starts right after a line's indentation is lines copied without it.
+    assume(not (a > 0 and is_word(text[a - 1]) and is_word(text[a])))
+    assume(not (b < len(text) and is_word(text[b - 1]) and is_word(text[b])))
+    whole = (a == 0 or text[a - 1] == "\n") and (b == len(text) or "\n" in (text[b - 1], text[b]))
+    assume(old[0] not in " \t" or whole)
+    before = text[text.rfind("\n", 0, a) + 1 : a]
+    assume(not before or before.strip())
+    lead, tail = draw(edge_breaks())
+    new = lead + "\n".join(draw(NEW_LINES)) + tail
+    assume(new != old and (new.strip() or "\n" in new))  # blank: a deletion, tested below
+    return text, old, new
+
+
+@PROPERTY
+@given(exact_quote(), st.booleans())
+def test_an_exact_quote_is_replaced_like_str_replace(
+    case: tuple[str, str, str], crlf: bool
+) -> None:
+    text, old, new = case
+    if crlf:
+        assume("\n" in text)  # a file without line breaks has no newline style to follow
+        text = text.replace("\n", "\r\n")
+    result = apply_modifications(text, [Modification(old, new)], path="k.txt")
+    assert result.success, result.errors
+    assert result.levels == ("exact",)
+    newline = "\r\n" if crlf else "\n"
+    expected = text.replace(old.replace("\n", newline), new.replace("\n", newline), 1)
+    assert result.code == expected
+
+
+@PROPERTY
+@given(ROUGH_FILE, st.data(), st.booleans())
+def test_a_blank_new_string_deletes_the_quoted_lines_whole(
+    file: tuple[list[str], bool], data: st.DataObject, final_newline: bool
+) -> None:
+    lines, trailing = file
+    text = join(lines, trailing)
+    pieces = text.split("\n")
+    first = data.draw(st.integers(0, len(pieces) - 1))
+    last = data.draw(st.integers(first, min(len(pieces) - 1, first + 3)))
+    assume(pieces[first].strip() and pieces[last].strip())
+    end = "\n" if final_newline and last + 1 < len(pieces) else ""
+    old = "\n".join(pieces[first : last + 1]) + end
+    assume(occurrences(text, old) == 1)
+    result = apply_modifications(text, [Modification(old, "")], path="k.txt")
+    assert result.code == "\n".join(pieces[:first] + pieces[last + 1 :])
+
+
+@PROPERTY
+@given(
+    st.lists(LINE, min_size=1, max_size=6),
+    st.lists(LINE, max_size=6),
+    st.lists(LINE, max_size=6),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.data(),
+)
+def test_line_breaks_at_the_ends_of_a_tolerant_match_are_a_plain_replacement(
+    block: list[str],
+    above: list[str],
+    below: list[str],
+    blank_above: int,
+    blank_below: int,
+    data: st.DataObject,
+) -> None:
+    text = join([*above, *[""] * blank_above, *block, *[""] * blank_below, *below], True)
+    shift = data.draw(st.integers(-2, 2))
+    tabs = data.draw(st.booleans())
+    depths = [(len(line) - len(line.lstrip(" "))) // 4 for line in block]
+    assume(min(depths) + shift >= 0)
+    trimmed = [line.strip() for line in text.split("\n")]
+    wanted = [line.strip() for line in block]
+    size = len(block)
+    assume(sum(trimmed[i : i + size] == wanted for i in range(len(trimmed))) == 1)
+    keys = [" ".join(line.split()) for line in text.split("\n") if line.strip()]
+    wanted_keys = [" ".join(line.split()) for line in block]
+    assume(sum(keys[i : i + size] == wanted_keys for i in range(len(keys))) == 1)
+    moved = reindent(block, shift, tabs)
+    # A space doubled inside one line the model leaves as it is: the whitespace level.
+    wide = data.draw(st.sampled_from([None, *range(len(block) - 1)]))
+    if wide is not None:
+        assume(" " in moved[wide].strip())
+        body = moved[wide].lstrip()
+        moved[wide] = moved[wide][: len(moved[wide]) - len(body)] + body.replace(" ", "  ", 1)
+    exact = shift == 0 and not tabs and wide is None
+    assume(exact or occurrences(text, "\n".join(moved)) == 0)
+    # Quote up to as many blank lines as the file has, answer with any number of them.
+    k_lead = data.draw(st.integers(0, blank_above))
+    k_tail = data.draw(st.integers(0, blank_below))
+    j_lead, j_tail = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))
+    change = data.draw(st.sampled_from(["edit last", "drop last", "add line"]))
+    fixed = list(block)
+    if change == "edit last":
+        fixed[-1] += " + 1"
+    elif change == "drop last":
+        assume(len(block) > 1)
+        fixed.pop()
+    else:
+        fixed.append(block[-1].replace(block[-1].strip(), "acc = 0"))
+    # The model's own copy of the lines it left alone, its fix re-indented like them.
+    new_moved = [*moved[: len(block) - 1], *reindent(fixed, shift, tabs)[len(block) - 1 :]]
+    old = "\n" * k_lead + "\n".join(moved) + "\n" * k_tail
+    new = "\n" * j_lead + "\n".join(new_moved) + "\n" * j_tail
+    result = apply_modifications(text, [Modification(old, new)], path="k.txt")
+    assert result.success, result.errors
+    start = len(join([*above, *[""] * blank_above], bool(above or blank_above))) - k_lead
+    end = start + k_lead + len("\n".join(block)) + k_tail
+    expected_new = "\n" * j_lead + "\n".join(fixed) + "\n" * j_tail
+    assert result.code == text[:start] + expected_new + text[end:]

@@ -4,7 +4,11 @@ Pure functions over strings, knowing nothing of pytest, models or files on disk:
 
 - :mod:`~pytest_kernelfix.engine.parse`: ``Modification`` and the answer parser;
 - :mod:`~pytest_kernelfix.engine.match`: where an ``old_string`` is, level by level;
-- :mod:`~pytest_kernelfix.engine.splice`: what lands there, and the unified diff;
+- :mod:`~pytest_kernelfix.engine.splice`: apply a list of modifications to one text, with
+  :mod:`~pytest_kernelfix.engine.replacement` (what lands on a match),
+  :mod:`~pytest_kernelfix.engine.indent` (re-indentation) and
+  :mod:`~pytest_kernelfix.engine.chunks` (the Python syntax check);
+- :mod:`~pytest_kernelfix.engine.diff`: unified diffs of one file or several;
 - :mod:`~pytest_kernelfix.engine.files`: which file each edit targets.
 
 The names below are loaded on first use, so importing one submodule does not import
@@ -27,10 +31,10 @@ _EXPORTS = {
     "find_match": "match",
     "DiffResult": "splice",
     "apply_modifications": "splice",
-    "unified_diff": "splice",
+    "unified_diff": "diff",
     "EditOutcome": "files",
     "apply_proposal": "files",
-    "cumulative_diff": "files",
+    "cumulative_diff": "diff",
     "resolve_file": "files",
 }
 

@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from pytest_kernelfix.engine.diff import cumulative_diff as cumulative_diff  # its old home
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.engine.splice import apply_modifications, unified_diff
+from pytest_kernelfix.engine.splice import apply_modifications
 
 
 @dataclass(frozen=True)
@@ -118,14 +119,3 @@ def apply_proposal(
     ordered = tuple(outcomes[i] for i in range(len(modifications)))
     errors = tuple(outcome.error for outcome in ordered if outcome.level == "none")
     return Application(updated, ordered, errors, tuple(warnings))
-
-
-
-
-def cumulative_diff(original: Mapping[str, str], current: Mapping[str, str]) -> str:
-    """One multi-file patch from ``original`` to ``current``, files in sorted order."""
-    return "".join(
-        unified_diff(original.get(path, ""), current[path], path)
-        for path in sorted(current)
-        if original.get(path) != current[path]
-    )

@@ -36,6 +36,9 @@ GAP = 0.1
 # search, so this leaves a wide margin under THRESHOLD - GAP.
 _PREFILTER = 0.5
 _TOP_WINDOWS = 6
+# Characters of window text scored per window size: long searches score fewer of the
+# windows that clear the prefilter (the best estimates first), which bounds the cost.
+_SCORED_CHARS = 60_000
 _MAX_ROWS = 12
 _EDGE_FIT = 50.0  # an edge line this unlike the search's edge lines matches nothing
 _EDGE_MARGIN = 3.0  # ...unless leaving it out costs more similarity than this
@@ -188,9 +191,9 @@ def find_all(content: str, search: str, *, anchor: str = "") -> tuple[Match, ...
         return (found,) if isinstance(found, Match) else found
     view = text_view(content)
     floor = view.starts[first_line]
-    aligned, inline = _exact_spans(view, query.text, floor)
-    if inline and not query.text[:1].isspace():
-        aligned += [span for span in inline if not _cuts_token(view.text, span)]
+    aligned, inline, _ = _exact_spans(view, query.text, floor)
+    if not query.text[:1].isspace():
+        aligned += inline
     if aligned:
         return tuple(Match(a, b, "exact") for a, b in _non_overlapping(sorted(aligned)))
     for phase in ("trimmed", "whitespace"):
@@ -382,24 +385,26 @@ def _locate(
     return _decide_fuzzy(view, query, first_line)
 
 
-# The exact level runs in two phases. A placement whose edges sit on line boundaries
-# (only whitespace beside it on its first and last line) comes first; one that starts or
-# ends inside a line of code ("inline") is tried only after the line-based levels failed,
-# so a re-indented search is not captured by an unrelated line it happens to be a piece of.
-_PHASES = ("exact", "trimmed", "whitespace", "inline")
+# The exact level runs in three phases. A placement whose edges sit on line boundaries
+# (only whitespace beside it on its first and last line) comes first, then one that
+# starts or ends inside a line, cuts no identifier in two and does not start with
+# indentation (``str.replace`` finds it, and it cannot be re-indented lines). The rest
+# are tried only after the line-based levels failed, so a re-indented search is not
+# captured by an unrelated line it happens to be a piece of.
+_PHASES = ("exact", "inline", "trimmed", "whitespace", "cut")
 _LEVEL_OF: dict[str, Level] = {
     "exact": "exact",
+    "inline": "exact",
     "trimmed": "trimmed",
     "whitespace": "whitespace",
-    "inline": "exact",
+    "cut": "exact",
 }
 
 
 def _spans(view: TextView, query: Query, phase: str, floor: int) -> list[Span]:
     """All placements of the query in one phase that start at or after ``floor``."""
-    if phase in ("exact", "inline"):
-        aligned, inline = _exact_spans(view, query.text, floor)
-        return aligned if phase == "exact" else inline
+    if phase in ("exact", "inline", "cut"):
+        return _exact_spans(view, query.text, floor)[_EXACT_PHASES.index(phase)]
     if not query.nonblank:
         return []
     if phase == "trimmed":
@@ -407,13 +412,18 @@ def _spans(view: TextView, query: Query, phase: str, floor: int) -> list[Span]:
     return _line_spans(view, view.nonblank_text, view.nonblank, query.nonblank, floor)
 
 
-def _exact_spans(view: TextView, search: str, floor: int) -> tuple[list[Span], list[Span]]:
-    """Substring placements: those aligned on line boundaries, and the others.
+_EXACT_PHASES = ("exact", "inline", "cut")
 
-    Among the others, ones that cut an identifier in two lose to ones that do not.
+
+def _exact_spans(
+    view: TextView, search: str, floor: int
+) -> tuple[list[Span], list[Span], list[Span]]:
+    """Substring placements: aligned on line boundaries, inside lines, cutting.
+
+    Among the cutting ones, those that cut an identifier in two lose to the others.
     """
     if not search:
-        return [], []
+        return [], [], []
     if view.newline == "\r\n" and "\r" not in search:
         search = search.replace("\n", "\r\n")
     text = view.text
@@ -424,8 +434,13 @@ def _exact_spans(view: TextView, search: str, floor: int) -> tuple[list[Span], l
         position = text.find(search, position + 1)
     aligned = [span for span in spans if _aligned(text, span)]
     inline = [span for span in spans if not _aligned(text, span)]
-    whole = [span for span in inline if not _cuts_token(text, span)]
-    return aligned, whole or inline
+    if search[0] in " \t":
+        clean, cut = [], inline
+    else:
+        clean = [span for span in inline if not _cuts_token(text, span)]
+        cut = [span for span in inline if _cuts_token(text, span)]
+    whole = [span for span in cut if not _cuts_token(text, span)]
+    return aligned, clean, whole or cut
 
 
 def _aligned(text: str, span: Span) -> bool:
@@ -579,7 +594,7 @@ def _decide_fuzzy(view: TextView, query: Query, first_line: int) -> Match | Fail
         return NoMatch(LEVELS, _fragment(view, best))
     rivals = [result.rival(best)]
     if first_line:
-        rivals.append(_fuzzy(view, query, 0).rival(best))
+        rivals.append(_fuzzy(view, query, 0, floor=best.score - _IRRELEVANT).rival(best))
     rival = max((w for w in rivals if w is not None), key=lambda w: w.score, default=None)
     if rival is not None and best.score - rival.score < GAP * 100 - _EPS:
         return Ambiguous(
@@ -628,8 +643,17 @@ def _without_stray_edge(view: TextView, query: Query, window: _Window) -> _Windo
     return trimmed if trimmed.score >= window.score - _EDGE_MARGIN else window
 
 
-def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:
-    """The best window and the best window that does not overlap it."""
+def _fuzzy(
+    view: TextView, query: Query, first_line: int, floor: float | None = None
+) -> _FuzzyResult:
+    """The best window and every window scored on its full text.
+
+    Windows are ranked by an estimate from line scores; the best-ranked window of each
+    size is scored first, and the others only as far as they could still matter: one
+    that scores below ``floor`` (by default the best score so far less
+    :data:`_IRRELEVANT`) can be neither the best nor a rival within the gap, so its score
+    is cut short and recorded as 0.
+    """
     offset = bisect_left(view.nonblank, first_line)
     lines = view.nonblank_text[offset:]
     wanted = query.nonblank
@@ -638,12 +662,24 @@ def _fuzzy(view: TextView, query: Query, first_line: int) -> _FuzzyResult:
     if not sizes:
         return _FuzzyResult(None)
     estimates = _estimates(wanted, lines, view.nonblank_lengths[offset:], sizes)
-    chosen = _promising(estimates, set())
-    scored = _score(view, offset, query, chosen)
+    limit = min(_MAX_WINDOWS, max(_TOP_WINDOWS, _SCORED_CHARS // (sum(map(len, wanted)) + n)))
+    chosen = _promising(estimates, set(), limit)
+    scored: list[_Window] = []
+    if floor is None:
+        leaders = {(int(np.argmax(values)), k) for k, values in estimates.items()}
+        scored = _score(view, offset, query, leaders)
+        floor = max(w.score for w in scored) - _IRRELEVANT
+        chosen -= leaders
+    scored += _score(view, offset, query, chosen, floor)
     first_best = max(scored, key=lambda w: _rank(w, n))
-    far = _promising(estimates, {(first_best.start - offset, first_best.size)})
-    scored += _score(view, offset, query, far - chosen)
+    far = _promising(estimates, {(first_best.start - offset, first_best.size)}, limit)
+    scored += _score(view, offset, query, far - chosen, floor)
     return _FuzzyResult(max(scored, key=lambda w: _rank(w, n)), tuple(scored))
+
+
+# A window this far below the best can change no decision: the best may lose its stray
+# edge line (up to _EDGE_MARGIN) and a rival matters within GAP of what is left.
+_IRRELEVANT = GAP * 100 + _EDGE_MARGIN + 1
 
 
 def _rank(window: _Window, size: int) -> tuple[float, int, int]:
@@ -709,8 +745,11 @@ def _estimates(
     return estimates
 
 
-def _promising(estimates: dict[int, np.ndarray], excluded: set[tuple[int, int]]) -> set[Span]:
-    """Windows worth a full score: the estimate clears the prefilter, or ranks on top.
+def _promising(
+    estimates: dict[int, np.ndarray], excluded: set[tuple[int, int]], limit: int
+) -> set[Span]:
+    """Windows worth a full score: the estimate ranks on top, or clears the prefilter
+    (at most ``limit`` of those per size, the best estimates first).
 
     ``excluded`` holds one window whose neighbourhood is masked, so that the best
     windows elsewhere in the file are always scored too (they are the rivals).
@@ -724,20 +763,26 @@ def _promising(estimates: dict[int, np.ndarray], excluded: set[tuple[int, int]])
         top = min(_TOP_WINDOWS, len(masked))
         best = np.argpartition(-masked, top - 1)[:top]
         passing = np.flatnonzero(masked >= _PREFILTER)
-        if len(passing) > _MAX_WINDOWS:
-            passing = passing[np.argsort(-masked[passing])[:_MAX_WINDOWS]]
+        if len(passing) > limit:
+            passing = passing[np.argsort(-masked[passing])[:limit]]
         chosen.update((int(i), k) for i in (*best, *passing) if masked[i] >= 0)
     return chosen
 
 
-def _score(view: TextView, offset: int, query: Query, windows: set[Span]) -> list[_Window]:
+def _score(
+    view: TextView, offset: int, query: Query, windows: set[Span], floor: float = 0.0
+) -> list[_Window]:
+    """Windows with their similarity on the full text; below ``floor`` it reads 0."""
     if not windows:
         return []
     text, offsets = view.joined
     ordered = sorted(windows)
     bodies = [text[offsets[offset + i] : offsets[offset + i + k] - 1] for i, k in ordered]
     wanted = "\n".join(query.nonblank)
-    scores = process.cdist([wanted], bodies, scorer=fuzz.ratio, dtype=np.float64)[0]
+    cutoff = max(0.0, floor)
+    scores = process.cdist(
+        [wanted], bodies, scorer=fuzz.ratio, dtype=np.float64, score_cutoff=cutoff
+    )[0]
     return [
         _Window(offset + i, k, float(score)) for (i, k), score in zip(ordered, scores, strict=True)
     ]

@@ -1,0 +1,172 @@
+"""Line breaks at the ends of a quote, and lines the model did not move.
+
+Regressions of the wrong edits seen on a corpus of model-style edits: ``new_string`` ends
+with a line break and ``old_string`` does not (the model deleted the last line of its
+quote and kept the line break), in a file with a blank line after the quoted block; and
+a continuation line, mis-indented in the quote, that re-indentation moved in the file.
+The expected text is always the plain replacement of the span the quote stands for,
+computed with ``str.replace`` on the exact quote.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.engine.splice import DiffResult, apply_modifications
+
+KERNEL = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = x * 2
+
+    tl.store(y_ptr + offs, y, mask=mask)
+
+
+@triton.jit
+def shift_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs,
+                mask=offs < n, other=0.0)
+    y = x + 1
+    tl.store(y_ptr + offs, y, mask=offs < n)
+"""
+
+LOAD = "    x = tl.load(x_ptr + offs, mask=mask)"
+QUOTE = f"{LOAD}\n    y = x * 2"  # the last line of the quote is deleted below...
+KEPT = f"{LOAD}\n"  # ...and its line break kept
+
+
+def apply(content: str, *mods: Modification, path: str = "kernel.py") -> DiffResult:
+    result = apply_modifications(content, list(mods), path=path)
+    assert result.success, result.errors
+    return result
+
+
+def test_exact_quote_whose_last_line_is_deleted_keeps_the_line_break() -> None:
+    result = apply(KERNEL, Modification(QUOTE, KEPT))
+    assert result.levels == ("exact",)
+    assert result.code == KERNEL.replace(QUOTE, KEPT)
+    assert f"{LOAD}\n\n\n    tl.store" in result.code  # the file's blank line is still there
+
+
+@pytest.mark.parametrize(
+    ("level", "old", "new"),
+    [
+        # copied without indentation, answered the same way
+        ("trimmed", "x = tl.load(x_ptr + offs, mask=mask)\ny = x * 2", LOAD.strip() + "\n"),
+        # a space doubled inside the quote
+        ("whitespace", f"{LOAD.replace('+ offs', '+  offs')}\n    y = x * 2", KEPT),
+        # a typo in the quote
+        ("fuzzy", f"{LOAD.replace('mask=mask', 'mask=msk')}\n    y = x * 2", KEPT),
+    ],
+)
+def test_a_tolerant_match_keeps_the_line_break_like_a_plain_replacement(
+    level: str, old: str, new: str
+) -> None:
+    result = apply(KERNEL, Modification(old, new))
+    assert result.levels == (level,)
+    assert result.code == KERNEL.replace(QUOTE, KEPT)
+
+
+def test_elided_quote_keeps_the_line_break_of_its_last_piece() -> None:
+    head = "def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    # ... existing code ...\n"
+    old, new = head + QUOTE, head + KEPT
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace(QUOTE, KEPT)
+
+
+def test_crlf_file_keeps_the_line_break_in_its_own_newline() -> None:
+    content = KERNEL.replace("\n", "\r\n")
+    result = apply(content, Modification(QUOTE, KEPT))
+    assert result.code == content.replace(QUOTE.replace("\n", "\r\n"), KEPT.replace("\n", "\r\n"))
+
+
+def test_replace_all_keeps_the_line_break_at_every_occurrence() -> None:
+    content = "a = 1\nb = 2\n\nc = 3\na = 1\nb = 2\n\nd = 4\n"
+    result = apply(content, Modification("a = 1\nb = 2", "a = 1\n", replace_all=True))
+    assert result.code == content.replace("a = 1\nb = 2", "a = 1\n")
+
+
+def test_anchored_quote_keeps_the_line_break() -> None:
+    old = "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n"
+    new = "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    content = KERNEL.replace("    y = x * 2\n", "    y = x * 2\n    mask = offs < n\n\n")
+    content = content.replace("    x = tl.load(x_ptr + offs,\n", "    mask = offs < n\n\n" + (
+        "    x = tl.load(x_ptr + offs,\n"
+    ))
+    result = apply(content, Modification(old, new, anchor="def shift_kernel"))
+    cut = content.index("def shift_kernel")
+    assert result.code == content[:cut] + content[cut:].replace(old, new, 1)
+
+
+def test_a_changed_last_line_with_an_added_line_break_adds_a_blank_line() -> None:
+    # The model rewrote the last line and ended it with a line break the quote lacks.
+    old, new = "y = x * 2", "y = x * 3\n"
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace(old, new)
+
+
+def test_two_blank_lines_between_functions_survive_a_deleted_last_line() -> None:
+    old = "    y = x * 2\n\n    tl.store(y_ptr + offs, y, mask=mask)"
+    new = "    y = x * 2\n"
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace(old, new)
+    assert "    y = x * 2\n\n\n\n@triton.jit\ndef shift_kernel" in result.code
+
+
+def test_a_continuation_line_copied_at_the_wrong_indentation_is_not_moved() -> None:
+    # The continuation line was copied two columns left of where it is, with a space
+    # doubled inside; the model changed only the next line.
+    old = "    x = tl.load(x_ptr + offs,\n              mask=offs  < n, other=0.0)\n    y = x + 1"
+    new = "    x = tl.load(x_ptr + offs,\n              mask=offs  < n, other=0.0)\n    y = x + 2"
+    result = apply(KERNEL, Modification(old, new))
+    assert result.levels == ("whitespace",)
+    assert result.code == KERNEL.replace("y = x + 1", "y = x + 2")
+
+
+def test_a_changed_continuation_line_keeps_the_file_indentation() -> None:
+    old = "    x = tl.load(x_ptr + offs,\n              mask=offs  < n, other=0.0)\n    y = x + 1"
+    new = "    x = tl.load(x_ptr + offs,\n              mask=offs < n, other=1.0)\n    y = x + 1"
+    result = apply(KERNEL, Modification(old, new))
+    assert result.code == KERNEL.replace("other=0.0)", "other=1.0)")
+
+
+def test_an_exact_quote_starting_after_an_odd_indentation_is_a_plain_replacement() -> None:
+    content = "x = foo(a,\n        b,\n       c)\ny = 1\n"  # c) aligned at an odd column
+    old, new = "c)\ny = 1", "c, d)\ny = 2"
+    assert apply(content, Modification(old, new)).code == content.replace(old, new)
+
+
+@pytest.mark.parametrize("indent", ["    ", ""])
+def test_a_final_line_break_dropped_from_new_string_joins_lines_only_outside_python(
+    indent: str,
+) -> None:
+    old, new = f"{indent}{LOAD.strip()}\n", f"{indent}{LOAD.strip()[:-1]}, other=0.0)"
+    plain = KERNEL.replace(old, new)
+    assert apply(KERNEL, Modification(old, new), path="kernel.txt").code == plain
+    result = apply(KERNEL, Modification(old, new))  # joined, the lines would not parse
+    assert result.code == KERNEL.replace("mask=mask)\n    y", "mask=mask, other=0.0)\n    y")
+    assert any("line breaks at its ends kept" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        ("x = 2\ny = x", "    x = 2\n    y = x\n"),  # a line added below
+        ("\nx = 2", "\n    x = 2\n"),  # a blank line added above
+    ],
+)
+def test_a_line_quoted_without_its_indentation_is_re_indented_whole(
+    new: str, expected: str
+) -> None:
+    content = "def f():\n    x = 1\n    return x\n"
+    result = apply(content, Modification("x = 1", new), path="notes.txt")
+    assert result.code == "def f():\n" + expected + "    return x\n"
