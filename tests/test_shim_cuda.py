@@ -9,7 +9,7 @@ import pytest
 import torch
 from kernels_catalog import shim_kernels
 
-from pytest_kernelfix.shim import cuda, driver
+from pytest_kernelfix.shim import bf16, cuda, driver
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() and not cuda.installed(), reason="a real GPU is present"
@@ -18,12 +18,17 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def on_cpu() -> Iterator[None]:
-    """CUDA mapped to the CPU as an sm_80 GPU; a session-wide piece is put back afterwards."""
+    """CUDA mapped to the CPU as an sm_80 GPU, with the interpreter's bf16 made exact (what
+    the whole shim installs); session-wide pieces are put back afterwards."""
     held = cuda.capability()
+    had_bf16 = bf16.installed()
     cuda.uninstall()
+    bf16.install()
     assert cuda.install((8, 0))
     yield
     cuda.uninstall()
+    if not had_bf16:
+        bf16.uninstall()
     if held is not None:
         cuda.install(held)
 

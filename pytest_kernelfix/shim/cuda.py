@@ -19,6 +19,7 @@ import contextlib
 from contextlib import contextmanager
 from typing import Any
 
+from pytest_kernelfix.shim import autocast, bf16
 from pytest_kernelfix.shim._patches import Patches
 from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
 from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
@@ -127,6 +128,8 @@ def _mode_class() -> type:
                     kwargs["device"] = cpu
             else:
                 to_cuda = _any_marked(args, kwargs)
+            if to_cuda and autocast.enabled():
+                args, kwargs = autocast.autocast_inputs(func, args, kwargs, is_marked)
             result = func(*args, **kwargs)
             return _mark(result) if to_cuda else result
 
@@ -169,6 +172,12 @@ def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
 
         return answer
 
+    def bf16_supported(major: int) -> Any:
+        def is_bf16_supported(including_emulation: bool = True) -> bool:
+            return major >= 8 and bf16.exact()  # announced only where computed right
+
+        return is_bf16_supported
+
     return {
         "is_available": returning(True),
         "is_initialized": returning(True),
@@ -181,7 +190,7 @@ def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
         "get_device_properties": returning(props),
         "get_device_name": returning(props.name),
         "get_arch_list": returning([f"sm_{props.major}{props.minor}"]),
-        "is_bf16_supported": returning(props.major >= 8),
+        "is_bf16_supported": bf16_supported(props.major),
         "mem_get_info": returning((props.total_memory, props.total_memory)),
         "memory_allocated": returning(0),
         "max_memory_allocated": returning(0),
