@@ -168,6 +168,7 @@ def autocast_inputs(
     ``eligible`` says which tensors CUDA autocast would see (the CUDA piece's tensors);
     fp64 and non-floating tensors are never cast. Call only while CUDA autocast is on.
     """
+    __tracebackhide__ = True  # a refused cast is the torch call's error, as on a GPU
     import torch
 
     policy = policy_of(func, args, kwargs)

@@ -331,6 +331,7 @@ def _layout() -> str:
 
 def _guarded_run(original: Any) -> Any:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # the limitation is the message; this frame adds nothing
         for value in (*args, *kwargs.values()):
             if str(getattr(value, "dtype", "")) == "torch.bfloat16":
                 name = getattr(getattr(self, "fn", None), "__name__", "kernel")

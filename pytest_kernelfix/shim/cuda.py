@@ -95,6 +95,7 @@ def _mode_class() -> type:
         def __torch_function__(
             self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
         ) -> Any:
+            __tracebackhide__ = True  # an error here is the torch call's, not the shim's
             kwargs = dict(kwargs or {})
             owner = getattr(func, "__self__", None)
             if owner is device_get:
