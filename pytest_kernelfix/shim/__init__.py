@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ShimState", "install", "installed", "state", "uninstall"]
+__all__ = ["ShimState", "bf16_exact", "install", "installed", "state", "uninstall"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,9 @@ def installed() -> bool:
 def state() -> ShimState | None:
     """The options of the installed shim, or None."""
     return _state[0] if _state else None
+
+
+def bf16_exact() -> bool:
+    """Whether this process's interpreter computes bf16 as a GPU does (True without a shim:
+    nothing here changed the interpreter, so nothing here can speak for it)."""
+    return _state[0].bf16_exact if _state else True
