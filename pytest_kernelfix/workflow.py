@@ -36,6 +36,8 @@ from pytest_kernelfix.report import (
 )
 from pytest_kernelfix.rerun import RerunResult, RerunSpec
 from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.shim import bf16_exact
+from pytest_kernelfix.shim.limits import bf16_limitation
 from pytest_kernelfix.verify import Verifier, first_line, gate_results, no_outcomes
 from pytest_kernelfix.writeback import StaleFileError, write_back
 
@@ -181,6 +183,7 @@ def _heal_group(
         why_not = _did_not_reproduce(baseline, group.nodeids)
         if not why_not and inputs.device == "interpret":
             why_not = interpreter_limitation(group, baseline, settings.target)
+            why_not = why_not or bf16_limitation(group.first, bf16_exact=bf16_exact())
             if not why_not and not settings.cuda_shim and _passes_with_cuda_shim(verifier, group):
                 why_not = ("interpreter limitation: the tests pass once device='cuda' tensors "
                            "and torch.cuda queries are mapped to the CPU (kernelfix_cuda_shim "
