@@ -8,8 +8,12 @@ import kernels. The same preparation runs in the session and in every rerun.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_kernelfix.shim import ShimState
 
 
 def prepare(
@@ -32,3 +36,46 @@ def prepare(
             ) from None
     elif device == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)
+
+
+def header_line(
+    device: str, *, cuda_shim: bool, target: str, state: ShimState | None = None
+) -> str:
+    """The session header's line: where kernels run, what the shim maps, what the gate targets.
+
+    ``state`` is the installed shim's (None where it is not installed in this process, as
+    on an xdist controller, whose workers install it): the line then says what was asked.
+    """
+    if device != "interpret":
+        return f"kernelfix: device {device} (kernels compiled and run on the GPU)"
+    from pytest_kernelfix.config import target_capability
+    from pytest_kernelfix.shim.devices import properties_for
+
+    parts = ["kernelfix: device interpret (Triton interpreter on the CPU, TRITON_INTERPRET=1)"]
+    if not cuda_shim or (state is not None and not state.cuda_mapped):
+        parts.append("CUDA shim not needed (torch sees a real GPU)" if cuda_shim
+                     else "CUDA shim off")
+    else:
+        props = properties_for(target_capability(target))
+        extras = [] if state is None else [
+            "autocast emulated" if state.autocast else "autocast not emulated",
+            "bf16 exact" if state.bf16_exact else "bf16 inexact, so not announced",
+        ]
+        parts.append(f"CUDA shim on (device='cuda' on the CPU, torch.cuda answers as "
+                     f"{props.name}, sm_{props.major}{props.minor}"
+                     + "".join(f"; {extra}" for extra in extras) + ")")
+    gate = target.strip()
+    parts.append("compile gate off" if gate.lower() in ("", "off", "none")
+                 else f"compile gate target {gate}")
+    return "; ".join(parts)
+
+
+def report_header(config: pytest.Config, device: str | None) -> str | None:
+    """:func:`header_line` for this session, or None where the plugin set up no device."""
+    if device is None:
+        return None
+    from pytest_kernelfix import shim
+    from pytest_kernelfix.config import resolve
+
+    return header_line(device, cuda_shim=bool(resolve(config, "kernelfix_cuda_shim")),
+                       target=str(resolve(config, "kernelfix_target")), state=shim.state())
