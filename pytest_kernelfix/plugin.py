@@ -65,6 +65,12 @@ def pytest_load_initial_conftests(
     early_config.stash[device_key] = chosen
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    from pytest_kernelfix.device import report_header
+
+    return report_header(config, config.stash.get(device_key, None))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     settings = kernelfix_config.load_settings(config)
