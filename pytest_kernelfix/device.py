@@ -17,14 +17,22 @@ if TYPE_CHECKING:
 
 
 def prepare(
-    device: str, *, cuda_shim: bool = True, capability: tuple[int, int] = (9, 0)
+    device: str,
+    *,
+    cuda_shim: bool = True,
+    capability: tuple[int, int] = (9, 0),
+    install_shim: bool = True,
 ) -> None:
     """Set up ``interpret`` (interpreter + CPU shim) or ``cuda`` in this process.
 
     ``capability`` is what the shim's ``torch.cuda`` answers: the compile gate's target.
+    With ``install_shim=False`` only the environment is set (children inherit it): for
+    a process that runs no test, such as an xdist controller (:func:`runs_tests`).
     """
     if device == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
+        if not install_shim:
+            return
         from pytest_kernelfix import shim
 
         try:
@@ -36,6 +44,26 @@ def prepare(
             ) from None
     elif device == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)
+
+
+def runs_tests(config: pytest.Config) -> bool:
+    """False in an xdist controller that hands every test to workers.
+
+    Such a process needs ``TRITON_INTERPRET`` set (its conftest files may import kernels)
+    but not the shim: installing it there imports torch and triton once more, serially,
+    before any worker starts. Read from the early command line, as xdist decides in
+    ``pytest_cmdline_main``: ``-n N`` or ``-n auto`` (``auto`` with ``--pdb`` runs
+    in-process), or ``--tx`` with a ``--dist`` mode.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return True
+    options = config.known_args_namespace
+    workers = getattr(options, "numprocesses", None)
+    if workers in ("auto", "logical"):
+        return bool(getattr(options, "usepdb", False))
+    if isinstance(workers, int) and workers > 0:
+        return False
+    return not (getattr(options, "tx", None) and getattr(options, "dist", "no") != "no")
 
 
 def header_line(
