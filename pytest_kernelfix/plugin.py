@@ -61,6 +61,7 @@ def pytest_load_initial_conftests(
         chosen,
         cuda_shim=bool(value("kernelfix_cuda_shim")),
         capability=kernelfix_config.target_capability(value("kernelfix_target")),
+        install_shim=device.runs_tests(early_config),
     )
     early_config.stash[device_key] = chosen
 
