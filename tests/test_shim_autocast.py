@@ -113,6 +113,9 @@ def test_what_cuda_autocast_leaves_alone_is_left_alone(on_cpu: None) -> None:
         assert x.clone().exp_().dtype == torch.float32  # in-place: not autocast
         out = torch.empty(4, 4, device="cuda")
         assert torch.mm(x, x, out=out).dtype == torch.float32
+        exact = torch.mm(x, x, out_dtype=torch.float32)  # mm.dtype: not on CUDA's lists
+        with torch.autocast("cuda", enabled=False):
+            torch.testing.assert_close(exact, x @ x, rtol=0, atol=1e-6)
         with torch.autocast("cuda", enabled=False):
             assert (x @ x).dtype == torch.float32
     assert (x @ x).dtype == torch.float32

@@ -173,3 +173,19 @@ def test_a_gpu_test_suite_runs_on_the_cpu_with_the_shim(
         result.assert_outcomes(passed=2)
     else:
         result.assert_outcomes(skipped=2)
+
+
+def test_cuda_only_out_dtype_matmuls_compute_on_the_cpu(on_cpu: None) -> None:
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4, 8, generator=generator).half().cuda() for _ in range(2))
+    acc = torch.zeros(4, 4, device="cuda")
+    wide = a.float() @ b.float().t()
+    product = torch.mm(a, b.t(), out_dtype=torch.float32)
+    assert product.dtype == torch.float32 and product.is_cuda
+    torch.testing.assert_close(product, wide)
+    assert torch.addmm(acc, a, b.t(), out_dtype=torch.float32, out=acc) is acc
+    torch.testing.assert_close(acc, wide)
+    batched = torch.baddbmm(acc[None], a[None], b.t()[None], out_dtype=torch.float32)
+    torch.testing.assert_close(batched[0], 2 * wide)
+    with pytest.raises(NotImplementedError, match=r"mm\.dtype"):  # CPU tensors: as torch says
+        torch.mm(a.cpu(), b.cpu().t(), out_dtype=torch.float32)

@@ -113,12 +113,13 @@ _state: dict[str, Any] = {}
 def policy_of(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """The CUDA autocast policy of a torch call, or "" when autocast leaves it alone.
 
-    In-place variants (``exp_``) and calls with ``out=`` are not autocast, as on a GPU.
+    In-place variants (``exp_``) and calls with ``out=`` or ``out_dtype=`` are not
+    autocast, as on a GPU.
     """
     name = getattr(func, "__name__", "")
     policy = POLICIES.get(name, "")
-    if not policy or kwargs.get("out") is not None:
-        return ""
+    if not policy or kwargs.get("out") is not None or kwargs.get("out_dtype") is not None:
+        return ""  # out_dtype selects an overload (mm.dtype...) autocast does not register
     if name in ("interpolate", "upsample"):
         mode = kwargs.get("mode", args[3] if len(args) > 3 else "nearest")
         return policy if mode in _UPSAMPLING_MODES else ""

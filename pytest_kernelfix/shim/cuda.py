@@ -8,6 +8,9 @@ CUDA device argument to the CPU and remembers which tensors were meant for the G
 that those tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``,
 and ``.cuda()`` / ``.cpu()`` copy exactly when a real move would.
 
+The same mode applies CUDA autocast's casts to those tensors under ``torch.autocast("cuda")``
+(``autocast.py``) and computes the overloads torch has only for CUDA (``cuda_ops.py``).
+
 Limits: the mode is per thread (torch keeps the mode stack thread-local), tensors made
 outside torch functions (``torch.Generator(device="cuda")``, ``torch.cuda.FloatTensor``,
 CUDA graphs) are not covered, and nothing is faster than on the CPU.
@@ -19,7 +22,7 @@ import contextlib
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_kernelfix.shim import autocast, bf16
+from pytest_kernelfix.shim import autocast, bf16, cuda_ops
 from pytest_kernelfix.shim._patches import Patches
 from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
 from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
@@ -131,7 +134,10 @@ def _mode_class() -> type:
                 to_cuda = _any_marked(args, kwargs)
             if to_cuda and autocast.enabled():
                 args, kwargs = autocast.autocast_inputs(func, args, kwargs, is_marked)
-            result = func(*args, **kwargs)
+            if to_cuda and cuda_ops.needs_emulation(func, kwargs):
+                result = cuda_ops.run(func, args, kwargs)
+            else:
+                result = func(*args, **kwargs)
             return _mark(result) if to_cuda else result
 
     return CudaOnCpu
