@@ -6,6 +6,7 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
+from kernel_project import make_project, report_of
 
 from pytest_kernelfix.device import runs_tests
 
@@ -41,7 +42,8 @@ CONFTEST = """
     import sys
 
 
-    def pytest_configure(config):
+    def pytest_sessionstart(session):
+        config = session.config
         role = os.environ.get("PYTEST_XDIST_WORKER", "controller")
         loaded = sorted(name for name in ("torch", "triton") if name in sys.modules)
         with open(os.path.join(str(config.rootpath), role + ".txt"), "w") as out:
@@ -65,3 +67,15 @@ def test_the_controller_imports_neither_torch_nor_triton(pytester: pytest.Pytest
     assert (pytester.path / "controller.txt").read_text() == "|1"
     workers = [path.read_text() for path in pytester.path.glob("gw*.txt")]
     assert workers and all(text == "torch triton|1" for text in workers)
+
+
+def test_a_healing_controller_still_imports_neither(pytester: pytest.Pytester) -> None:
+    """Workers record the launches; the controller heals from their reports."""
+    make_project(pytester, bug="tanh")
+    pytester.makeconftest(textwrap.dedent(CONFTEST))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--kernelfix",
+                                           "--kernelfix-device=interpret")
+    result.assert_outcomes(failed=5)
+    assert (pytester.path / "controller.txt").read_text() == "|1"
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed", bug["reason"]
