@@ -128,6 +128,17 @@ def test_conversions_to_and_from_integers(exact: None) -> None:
     assert torch.equal(back, (ints * 7).bfloat16())
 
 
+def test_nan_padding_of_a_tensor_descriptor_is_nan(exact: None) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    x = torch.randn(8, 8).bfloat16()
+    out = torch.empty(16, 16, dtype=torch.bfloat16)
+    desc = TensorDescriptor.from_tensor(x, [16, 16], padding="nan")
+    kernels.descriptor_copy[(1,)](desc, out, BLOCK=16)
+    assert torch.equal(out[:8, :8], x)
+    assert out[8:].isnan().all() and out[:, 8:].isnan().all()
+
+
 def test_fp32_to_bf16_rounds_as_torch_does() -> None:
     generator = torch.Generator().manual_seed(6)
     values = torch.cat([

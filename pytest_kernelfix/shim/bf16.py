@@ -12,8 +12,8 @@ the correctly rounded bf16 result (fp32 has more than 2 * 8 + 2 significant bits
 double rounding is innocuous), what a GPU computes with native bf16 instructions or by
 widening to fp32. Reductions and scans accumulate in fp32 (at least as accurate as a
 GPU's bf16 tree). Patched where the data is touched: ``InterpreterBuilder`` binary,
-unary, fma, clamp, cast, fp-to-fp, dot, atomic add and print; ``ReduceOps`` sum and
-min/max; ``ScanOps`` cumsum and cumprod.
+unary, fma, clamp, cast, fp-to-fp, dot, atomic add, print and NaN-padded descriptor
+loads; ``ReduceOps`` sum and min/max; ``ScanOps`` cumsum and cumprod.
 
 Where the interpreter stores bf16 some other way this piece does not know, nothing is
 patched: if its bf16 is a real float type (an upstream fix) bf16 is exact already;
@@ -246,6 +246,25 @@ def _create_print(original: Any) -> Any:
     return create_print
 
 
+def _create_descriptor_load(original: Any) -> Any:
+    def create_descriptor_load(self: Any, desc: Any, indices: Any, cache_policy: Any) -> Any:
+        import triton.language as tl
+        from triton.runtime import interpreter
+
+        padding = getattr(desc, "padding", None)
+        if (desc.base.dtype.element_ty != tl.bfloat16
+                or padding != interpreter._ir.PADDING_OPTION.PAD_NAN):
+            return original(self, desc, indices, cache_policy)
+        import numpy as np
+
+        pointers, mask = desc.materialize_pointers(indices)  # NaN padding as bf16 NaN bits
+        nan = interpreter.TensorHandle(np.full(pointers.data.shape, 0x7FC0, dtype=np.uint16),
+                                       tl.bfloat16)
+        return self.create_masked_load(pointers, mask, nan, cache_policy, False)
+
+    return create_descriptor_load
+
+
 def _reduce_sum(original: Any) -> Any:
     def sum(self: Any, input: Any) -> Any:
         if not _is_bf16(input.handle):
@@ -304,6 +323,7 @@ _BUILDER = {
     "create_dot": _create_dot,
     "create_atomic_rmw": _create_atomic_rmw,
     "create_print": _create_print,
+    "create_descriptor_load": _create_descriptor_load,
 }
 
 

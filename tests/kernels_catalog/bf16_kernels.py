@@ -106,3 +106,9 @@ def from_int(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask).to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def descriptor_copy(desc, out_ptr, BLOCK: tl.constexpr):
+    rows = tl.arange(0, BLOCK)
+    tl.store(out_ptr + rows[:, None] * BLOCK + rows[None, :], desc.load([0, 0]))
