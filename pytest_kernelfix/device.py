@@ -53,7 +53,9 @@ def runs_tests(config: pytest.Config) -> bool:
     but not the shim: installing it there imports torch and triton once more, serially,
     before any worker starts. Read from the early command line, as xdist decides in
     ``pytest_cmdline_main``: ``-n N`` or ``-n auto`` (``auto`` with ``--pdb`` runs
-    in-process), or ``--tx`` with a ``--dist`` mode.
+    in-process), or ``--tx`` with a ``--dist`` mode. A worker is known by the
+    ``PYTEST_XDIST_WORKER`` variable; a pytest started from inside a worker inherits it
+    and installs the shim even as a controller: slower, never wrong.
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return True

@@ -58,6 +58,13 @@ SUITE = """
 """
 
 
+@pytest.fixture(autouse=True)
+def outside_any_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the inner sessions as a user would: not from inside an xdist worker, whose
+    marker variable a child process inherits (and would take for its own)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+
 def test_the_controller_imports_neither_torch_nor_triton(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(textwrap.dedent(CONFTEST))
     pytester.makepyfile(test_cuda=textwrap.dedent(SUITE))
