@@ -112,6 +112,8 @@ class HealingController:
             return
         try:
             self.report = self.heal()
+        except KeyboardInterrupt:  # Ctrl-C while healing: stop here, end the session as usual
+            self.notes.append("healing was interrupted: nothing more was healed or written")
         except Exception as error:  # the session must never crash because of a heal
             from pytest_kernelfix.redact import redact
 

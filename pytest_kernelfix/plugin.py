@@ -81,8 +81,15 @@ def pytest_load_initial_conftests(
         chosen,
         cuda_shim=bool(value("kernelfix_cuda_shim")),
         capability=capability_of(value("kernelfix_target")),
+        install_shim=device.runs_tests(early_config),
     )
     early_config.stash[device_key] = chosen
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    from pytest_kernelfix.device import report_header
+
+    return report_header(config, config.stash.get(device_key, None))
 
 
 def _device(config: pytest.Config, requested: str) -> str:
@@ -92,13 +99,6 @@ def _device(config: pytest.Config, requested: str) -> str:
     return config.stash[device_key]
 
 
-def _runs_tests(config: pytest.Config) -> bool:
-    """False on the xdist controller, which only receives reports."""
-    if hasattr(config, "workerinput"):
-        return True
-    return str(getattr(config.option, "dist", "no") or "no") == "no"
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     settings = kernelfix_config.load_settings(config)
@@ -106,7 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     device = _device(config, settings.device)
     notes: list[str] = []
-    if _runs_tests(config):
+    from pytest_kernelfix.device import runs_tests
+
+    if runs_tests(config):
         from pytest_kernelfix.capturing import CapturePlugin
 
         capture = CapturePlugin(config, settings.rootdir)

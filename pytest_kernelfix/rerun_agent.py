@@ -264,6 +264,10 @@ class RerunAgent:
         except Exception as exc:  # no triton here: count nothing rather than fail the run
             self.set_extra("launch_recording", False)
             self.set_extra("launch_recording_error", f"{type(exc).__name__}: {exc}")
+        if self.plan.device.interpret:
+            from pytest_kernelfix import shim
+
+            self.set_extra("bf16_exact", shim.bf16_exact())  # for the session's triage
         self._report_imports()
 
     def stop(self) -> None:

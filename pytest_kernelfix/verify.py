@@ -22,6 +22,7 @@ from pytest_kernelfix.outcomes import Verdict
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome, run_tests
 from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.shim.limits import bf16_limitation
 
 _FEEDBACK_TESTS = 3
 
@@ -164,14 +165,18 @@ class Verifier:
     def triage(self, baseline: RerunResult, failure: Failure) -> str:
         """Why the bug behind ``baseline`` is not the kernel's to heal, or "".
 
-        In interpret mode an error the gate compiles fine is the interpreter's; with the
-        CUDA shim off, a failure that passes once it is on is the CPU mapping's.
+        In interpret mode an error the gate compiles fine is the interpreter's, and so is a
+        bf16 result the interpreter could not compute exactly; with the CUDA shim off, a
+        failure that passes once it is on is the CPU mapping's.
         """
         device = self.setup.device
         why_not = did_not_reproduce(baseline, self.nodeids)
         if why_not or not device.interpret:
             return why_not
         why_not = interpreter_limitation(failure, baseline, device.gate_target)
+        if not why_not:  # the child's shim says whether its bf16 was exact, not this process
+            exact = baseline.extra.get("bf16_exact", True) is not False
+            why_not = bf16_limitation(failure, bf16_exact=exact)
         if not why_not and not device.cuda_shim and self._passes_with_cuda_shim():
             why_not = CUDA_SHIM_LIMITATION
         return why_not

@@ -9,7 +9,7 @@ import pytest
 import torch
 from kernels_catalog import shim_kernels
 
-from pytest_kernelfix.shim import cuda, driver
+from pytest_kernelfix.shim import bf16, cuda, driver
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() and not cuda.installed(), reason="a real GPU is present"
@@ -18,12 +18,17 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def on_cpu() -> Iterator[None]:
-    """CUDA mapped to the CPU as an sm_80 GPU; a session-wide piece is put back afterwards."""
+    """CUDA mapped to the CPU as an sm_80 GPU, with the interpreter's bf16 made exact (what
+    the whole shim installs); session-wide pieces are put back afterwards."""
     held = cuda.capability()
+    had_bf16 = bf16.installed()
     cuda.uninstall()
+    bf16.install()
     assert cuda.install((8, 0))
     yield
     cuda.uninstall()
+    if not had_bf16:
+        bf16.uninstall()
     if held is not None:
         cuda.install(held)
 
@@ -168,3 +173,19 @@ def test_a_gpu_test_suite_runs_on_the_cpu_with_the_shim(
         result.assert_outcomes(passed=2)
     else:
         result.assert_outcomes(skipped=2)
+
+
+def test_cuda_only_out_dtype_matmuls_compute_on_the_cpu(on_cpu: None) -> None:
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4, 8, generator=generator).half().cuda() for _ in range(2))
+    acc = torch.zeros(4, 4, device="cuda")
+    wide = a.float() @ b.float().t()
+    product = torch.mm(a, b.t(), out_dtype=torch.float32)
+    assert product.dtype == torch.float32 and product.is_cuda
+    torch.testing.assert_close(product, wide)
+    assert torch.addmm(acc, a, b.t(), out_dtype=torch.float32, out=acc) is acc
+    torch.testing.assert_close(acc, wide)
+    batched = torch.baddbmm(acc[None], a[None], b.t()[None], out_dtype=torch.float32)
+    torch.testing.assert_close(batched[0], 2 * wide)
+    with pytest.raises(NotImplementedError, match=r"mm\.dtype"):  # CPU tensors: as torch says
+        torch.mm(a.cpu(), b.cpu().t(), out_dtype=torch.float32)

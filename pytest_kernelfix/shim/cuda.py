@@ -8,6 +8,9 @@ CUDA device argument to the CPU and remembers which tensors were meant for the G
 that those tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``,
 and ``.cuda()`` / ``.cpu()`` copy exactly when a real move would.
 
+The same mode applies CUDA autocast's casts to those tensors under ``torch.autocast("cuda")``
+(``autocast.py``) and computes the overloads torch has only for CUDA (``cuda_ops.py``).
+
 Limits: the mode is per thread (torch keeps the mode stack thread-local), tensors made
 outside torch functions (``torch.Generator(device="cuda")``, ``torch.cuda.FloatTensor``,
 CUDA graphs) are not covered, and nothing is faster than on the CPU.
@@ -19,6 +22,7 @@ import contextlib
 from contextlib import contextmanager
 from typing import Any
 
+from pytest_kernelfix.shim import autocast, bf16, cuda_ops
 from pytest_kernelfix.shim._patches import Patches
 from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
 from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
@@ -94,6 +98,7 @@ def _mode_class() -> type:
         def __torch_function__(
             self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
         ) -> Any:
+            __tracebackhide__ = True  # an error here is the torch call's, not the shim's
             kwargs = dict(kwargs or {})
             owner = getattr(func, "__self__", None)
             if owner is device_get:
@@ -127,7 +132,12 @@ def _mode_class() -> type:
                     kwargs["device"] = cpu
             else:
                 to_cuda = _any_marked(args, kwargs)
-            result = func(*args, **kwargs)
+            if to_cuda and autocast.enabled():
+                args, kwargs = autocast.autocast_inputs(func, args, kwargs, is_marked)
+            if to_cuda and cuda_ops.needs_emulation(func, kwargs):
+                result = cuda_ops.run(func, args, kwargs)
+            else:
+                result = func(*args, **kwargs)
             return _mark(result) if to_cuda else result
 
     return CudaOnCpu
@@ -169,6 +179,12 @@ def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
 
         return answer
 
+    def bf16_supported(major: int) -> Any:
+        def is_bf16_supported(including_emulation: bool = True) -> bool:
+            return major >= 8 and bf16.exact()  # announced only where computed right
+
+        return is_bf16_supported
+
     return {
         "is_available": returning(True),
         "is_initialized": returning(True),
@@ -181,7 +197,7 @@ def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
         "get_device_properties": returning(props),
         "get_device_name": returning(props.name),
         "get_arch_list": returning([f"sm_{props.major}{props.minor}"]),
-        "is_bf16_supported": returning(props.major >= 8),
+        "is_bf16_supported": bf16_supported(props.major),
         "mem_get_info": returning((props.total_memory, props.total_memory)),
         "memory_allocated": returning(0),
         "max_memory_allocated": returning(0),

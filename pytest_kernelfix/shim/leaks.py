@@ -31,6 +31,7 @@ def install() -> None:
         return  # fixed upstream, or changed beyond what this patch knows: leave it alone
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # the helper's error, not the shim's
         scope = interpreter._patch_lang(self.fn)
         try:
             fn = self.rewrite()

@@ -55,6 +55,7 @@ def _dual(original: Any, backend_builtin: Any) -> Any:
 
     @functools.wraps(original)
     def libdevice_function(*args: Any, _semantic: Any = None, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # a wrong call is the kernel's error, not the shim's
         interpreter = _interpreter_semantic()
         if _semantic is None or _semantic is interpreter:
             return backend_builtin(*args, _semantic=interpreter, **kwargs)

@@ -33,6 +33,7 @@ def install() -> None:
     original = interpreter._implicit_cvt
 
     def implicit_cvt(arg: Any) -> Any:
+        __tracebackhide__ = True
         if isinstance(arg, float):
             return float_scalar(arg)
         return original(arg)

@@ -1,0 +1,331 @@
+"""CPU truth: do correct kernels pass on the CPU shim wherever they pass on a GPU?
+
+Runs a fixed sample of the installed ``liger-kernel``'s own ops (forward, and backward
+where liger has one) against torch references, with inputs in fp32, fp16 and bf16, and
+under ``torch.autocast("cuda", fp16 / bf16)`` as mixed-precision training has them
+(activations in the autocast dtype, parameters in fp32), and prints pass counts per
+column for two shims in one run:
+
+- ``before``: the shim as it was before its autocast, bf16 and CUDA-only-overload pieces:
+  ``shim.install(autocast=False, bf16=False)``, ``torch.cuda.is_bf16_supported()`` True
+  (as it then answered) and no ``out_dtype`` matmuls;
+- ``after``: the whole shim.
+
+Every liger op here is correct (it is released and tested on GPUs), so every failure is
+the CPU's; the target is none after. ``--child gpu`` runs the same cases compiled on a
+real GPU, without the shim, to confirm the tolerances hold there::
+
+    .venv/bin/python benchmarks/cpu_truth_bench.py
+    python benchmarks/cpu_truth_bench.py --child gpu     # on a machine with a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: (column, activation dtype, parameter dtype, autocast dtype or None)
+CONFIGS = (
+    ("fp32", "float32", "float32", None),
+    ("fp16", "float16", "float16", None),
+    ("bf16", "bfloat16", "bfloat16", None),
+    ("autocast fp16", "float16", "float32", "float16"),
+    ("autocast bf16", "bfloat16", "float32", "bfloat16"),
+)
+#: (atol, rtol) by the dtype the value was computed in (under autocast: the autocast
+#: dtype), about what liger's GPU tests allow.
+TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (1e-1, 5e-2)}
+
+Pairs = list[tuple[str, Any, Any]]  # (what, liger's value, torch's value)
+Op = Callable[[Any, Any], Pairs]  # (activation dtype, parameter dtype) -> pairs
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def leaf(*shape: int, dtype: Any, scale: float = 1.0) -> Any:
+    torch = _torch()
+    return (torch.randn(*shape, device="cuda") * scale).to(dtype).requires_grad_()
+
+
+def twin(tensor: Any) -> Any:
+    return tensor.detach().clone().requires_grad_()
+
+
+def grads(out: Any, ref: Any, inputs: list[Any], ref_inputs: list[Any]) -> Pairs:
+    """Gradients of both sides for the same upstream gradient."""
+    torch = _torch()
+    upstream = torch.randn_like(ref)
+    ours = torch.autograd.grad(out, inputs, upstream.to(out.dtype))
+    theirs = torch.autograd.grad(ref, ref_inputs, upstream)
+    return [(f"grad {i}", a, b) for i, (a, b) in enumerate(zip(ours, theirs, strict=True))]
+
+
+def rms_norm(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    torch = _torch()
+    x, w = leaf(4, 64, dtype=dtype), leaf(64, dtype=param)
+    xr, wr = twin(x), twin(w)
+    out = LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
+    wide = xr.to(torch.float32)  # transformers' LlamaRMSNorm
+    ref = wr * (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + 1e-6)).to(xr.dtype)
+    return [("out", out, ref), *grads(out, ref, [x, w], [xr, wr])]
+
+
+def layer_norm(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    torch = _torch()
+    x, w, b = leaf(4, 64, dtype=dtype), leaf(64, dtype=param), leaf(64, dtype=param)
+    xr, wr, br = twin(x), twin(w), twin(b)
+    out = LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    ref = torch.nn.functional.layer_norm(xr, (64,), wr, br, 1e-5)
+    return [("out", out, ref), *grads(out, ref, [x, w, b], [xr, wr, br])]
+
+
+def swiglu(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    torch = _torch()
+    a, b = leaf(4, 64, dtype=dtype), leaf(4, 64, dtype=dtype)
+    ar, br = twin(a), twin(b)
+    out = LigerSiLUMulFunction.apply(a, b)
+    ref = torch.nn.functional.silu(ar) * br
+    return [("out", out, ref), *grads(out, ref, [a, b], [ar, br])]
+
+
+def geglu(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+    torch = _torch()
+    a, b = leaf(4, 64, dtype=dtype), leaf(4, 64, dtype=dtype)
+    ar, br = twin(a), twin(b)
+    out = LigerGELUMulFunction.apply(a, b)
+    ref = torch.nn.functional.gelu(ar, approximate="tanh") * br
+    return [("out", out, ref), *grads(out, ref, [a, b], [ar, br])]
+
+
+def softmax(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    torch = _torch()
+    x = leaf(4, 64, dtype=dtype)
+    xr = twin(x)
+    out = LigerSoftmaxFunction.apply(x)
+    ref = torch.softmax(xr, -1)
+    return [("out", out, ref), *grads(out, ref, [x], [xr])]
+
+
+def cross_entropy(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+
+    torch = _torch()
+    logits = leaf(8, 128, dtype=dtype)
+    target = torch.randint(0, 128, (8,), device="cuda")
+    target[3] = -100
+    reference = twin(logits)  # before the call: liger writes gradients into its input
+    loss = LigerCrossEntropyFunction.apply(logits, target, None)[0]
+    ref = torch.nn.functional.cross_entropy(reference, target, ignore_index=-100)
+    loss.backward()
+    ref.backward()
+    return [("loss", loss, ref), ("grad", logits.grad, reference.grad)]
+
+
+def fused_linear_cross_entropy(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.fused_linear_cross_entropy import (
+        LigerFusedLinearCrossEntropyFunction,
+    )
+
+    torch = _torch()
+    x, w = leaf(8, 32, dtype=dtype), leaf(128, 32, dtype=param, scale=0.2)
+    xr, wr = twin(x), twin(w)
+    target = torch.randint(0, 128, (8,), device="cuda")
+    loss = LigerFusedLinearCrossEntropyFunction.apply(x, w, target)[0]
+    ref = torch.nn.functional.cross_entropy(torch.nn.functional.linear(xr, wr), target)
+    return [("loss", loss, ref), *grads(loss, ref, [x, w], [xr, wr])]
+
+
+def dyt(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.dyt import LigerDyTFunction
+
+    torch = _torch()
+    x, alpha = leaf(4, 64, dtype=dtype), leaf(1, dtype=param)
+    gamma, beta = leaf(64, dtype=param), leaf(64, dtype=param)
+    refs = [twin(t) for t in (x, alpha, gamma, beta)]
+    out = LigerDyTFunction.apply(x, alpha, gamma, beta)
+    ref = refs[2] * torch.tanh(refs[1] * refs[0]) + refs[3]
+    return [("out", out, ref), *grads(out, ref, [x, alpha, gamma, beta], refs)]
+
+
+def group_norm(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.group_norm import LigerGroupNormFunction
+
+    torch = _torch()
+    x, w, b = leaf(2, 8, 16, dtype=dtype), leaf(8, dtype=param), leaf(8, dtype=param)
+    xr, wr, br = twin(x), twin(w), twin(b)
+    out = LigerGroupNormFunction.apply(x, w, b, 8, 4, 1e-5)
+    ref = torch.nn.functional.group_norm(xr, 4, wr, br, 1e-5)
+    return [("out", out, ref), *grads(out, ref, [x, w, b], [xr, wr, br])]
+
+
+def kl_div(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.kl_div import LigerKLDivLossFunction
+
+    torch = _torch()
+    log_p = torch.randn(4, 64, device="cuda").log_softmax(-1).to(dtype)
+    q = torch.randn(4, 64, device="cuda").softmax(-1).to(dtype)
+    out = LigerKLDivLossFunction.apply(log_p, q, "batchmean", False, 1e-10)
+    return [("loss", out, torch.nn.functional.kl_div(log_p, q, reduction="batchmean"))]
+
+
+def rope(dtype: Any, param: Any) -> Pairs:
+    from liger_kernel.ops.rope import LigerRopeFunction
+
+    torch = _torch()
+    q = torch.randn(2, 4, 8, 16, device="cuda").to(dtype)
+    k = torch.randn(2, 2, 8, 16, device="cuda").to(dtype)
+    inv = 1.0 / (10000 ** (torch.arange(0, 16, 2, device="cuda").float() / 16))
+    freqs = torch.arange(8, device="cuda")[None, :, None].float() * inv
+    cos = torch.cat([freqs, freqs], -1).cos().to(dtype)
+    sin = torch.cat([freqs, freqs], -1).sin().to(dtype)
+
+    def rotated(t: Any) -> Any:
+        return t * cos[:, None] + torch.cat([-t[..., 8:], t[..., :8]], -1) * sin[:, None]
+
+    out_q, out_k = LigerRopeFunction.apply(q.clone(), k.clone(), cos, sin)
+    return [("q", out_q, rotated(q)), ("k", out_k, rotated(k))]
+
+
+OPS: dict[str, Op] = {
+    fn.__name__: fn
+    for fn in (rms_norm, layer_norm, swiglu, geglu, softmax, cross_entropy,
+               fused_linear_cross_entropy, dyt, group_norm, kl_div, rope)
+}
+
+
+def check(pairs: Pairs, *, autocast: str | None) -> None:
+    """Each liger value within the tolerance of the dtype it was computed in, and of the
+    reference's dtype, with two allowances that hold on any device: outside autocast a
+    fp16 / bf16 loss may come back in fp32 (liger returns fp32 losses by design); under
+    autocast a liger op may return its input's dtype where CUDA autocast widens torch's
+    reference op to fp32 (a custom autograd Function is not autocast). A reference
+    *narrower* than liger's result is a cast CUDA autocast would have made: a failure.
+    """
+    torch = _torch()
+    for what, ours, theirs in pairs:
+        atol, rtol = TOLERANCES[autocast or str(theirs.dtype).removeprefix("torch.")]
+        if autocast and theirs.dtype == torch.float32 and ours.dtype != theirs.dtype:
+            theirs = theirs.to(ours.dtype)
+        loss = what == "loss" and ours.dtype == torch.float32 and not autocast
+        try:
+            torch.testing.assert_close(ours, theirs, atol=atol, rtol=rtol, check_dtype=not loss)
+        except AssertionError as error:
+            raise AssertionError(f"{what}: {error}") from None
+
+
+def run_case(op: str, config: tuple[str, str, str, str | None], seed: int) -> dict[str, Any]:
+    torch = _torch()
+    torch.manual_seed(seed)
+    _, activations, parameters, autocast = config
+    dtype, param = getattr(torch, activations), getattr(torch, parameters)
+    started = time.perf_counter()
+    try:
+        if autocast is None:
+            check(OPS[op](dtype, param), autocast=None)
+        else:
+            with torch.autocast("cuda", dtype=getattr(torch, autocast)):
+                pairs = OPS[op](dtype, param)
+            check(pairs, autocast=autocast)
+        error = ""
+    except Exception as exc:  # a failing case is the data, not a crash
+        error = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
+    return {"op": op, "error": error, "seconds": time.perf_counter() - started}
+
+
+def _install_old_shim() -> None:
+    """The shim before this round: no autocast or bf16 emulation, bf16 still announced,
+    CPU-less ``out_dtype`` matmuls raising."""
+    import torch
+
+    from pytest_kernelfix import shim
+    from pytest_kernelfix.shim import cuda_ops
+
+    shim.install(autocast=False, bf16=False)
+    torch.cuda.is_bf16_supported = lambda including_emulation=True: True
+    cuda_ops.needs_emulation = lambda func, kwargs: False
+
+
+def child(mode: str) -> None:
+    """Run every case in this process with the shim of ``mode``; one JSON line each."""
+    if mode in ("before", "after"):
+        os.environ["TRITON_INTERPRET"] = "1"  # before liger's kernels are imported
+        from pytest_kernelfix import shim
+
+        if mode == "after":
+            shim.install()
+        else:
+            _install_old_shim()
+    for index, config in enumerate(CONFIGS):
+        for number, op in enumerate(OPS):
+            result = run_case(op, config, seed=100 * index + number)
+            print(json.dumps({"mode": mode, "column": config[0], **result}), flush=True)
+
+
+def run_child(mode: str) -> tuple[list[dict[str, Any]], float]:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-W", "ignore", __file__, "--child", mode],
+                          capture_output=True, text=True, check=False)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or len(rows) != len(CONFIGS) * len(OPS):
+        raise SystemExit(f"the {mode} run stopped: {done.stderr[-3000:]}")
+    return rows, time.perf_counter() - started
+
+
+def table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    modes = list(results)
+    lines = ["| inputs | cases | " + " | ".join(f"pass {mode}" for mode in modes) + " |",
+             "|---|---:|" + "---:|" * len(modes)]
+    for column, *_ in CONFIGS:
+        counts = [sum(not r["error"] for r in results[mode] if r["column"] == column)
+                  for mode in modes]
+        cases = sum(r["column"] == column for r in results[modes[0]])
+        lines.append(f"| {column} | {cases} | " + " | ".join(map(str, counts)) + " |")
+    totals = [sum(not r["error"] for r in results[mode]) for mode in modes]
+    lines.append(f"| all | {len(results[modes[0]])} | " + " | ".join(map(str, totals)) + " |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", choices=("before", "after", "gpu"))
+    parser.add_argument("--only", choices=("before", "after"))
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    modes = [args.only] if args.only else ["before", "after"]
+    results: dict[str, list[dict[str, Any]]] = {}
+    for mode in modes:
+        results[mode], seconds = run_child(mode)
+        print(f"{mode}: {len(results[mode])} cases in {seconds:.1f} s")
+    print()
+    print("\n".join(table(results)))
+    for mode in modes:
+        failures = [r for r in results[mode] if r["error"]]
+        print(f"\nfailures {mode}: {len(failures)}")
+        for r in failures:
+            print(f"  {r['column']:>13} {r['op']:<27} {r['error'][:150]}")
+
+
+if __name__ == "__main__":
+    main()
