@@ -61,13 +61,26 @@ def runs_tests(config: pytest.Config) -> bool:
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return True
-    options = config.known_args_namespace
+    return not distributes(config.known_args_namespace)
+
+
+def distributes(options: object) -> bool:
+    """Whether these command-line options make xdist hand the tests to workers."""
     workers = getattr(options, "numprocesses", None)
     if workers in ("auto", "logical"):
-        return bool(getattr(options, "usepdb", False))
+        return not getattr(options, "usepdb", False)
     if isinstance(workers, int) and workers > 0:
-        return False
-    return not (getattr(options, "tx", None) and getattr(options, "dist", "no") != "no")
+        return True
+    return bool(getattr(options, "tx", None) and getattr(options, "dist", "no") != "no")
+
+
+def is_xdist_controller(config: pytest.Config) -> bool:
+    """A configured session that hands every test to xdist workers.
+
+    Unlike :func:`runs_tests` (which must decide before ``workerinput`` exists), this
+    reads the configured session, so a pytest started inside a worker is told apart.
+    """
+    return not hasattr(config, "workerinput") and distributes(config.option)
 
 
 def header_line(

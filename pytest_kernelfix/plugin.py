@@ -106,9 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     device = _device(config, settings.device)
     notes: list[str] = []
-    from pytest_kernelfix.device import runs_tests
+    from pytest_kernelfix.device import is_xdist_controller
 
-    if runs_tests(config):
+    if not is_xdist_controller(config):
         from pytest_kernelfix.capturing import CapturePlugin
 
         capture = CapturePlugin(config, settings.rootdir)

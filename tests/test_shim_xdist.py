@@ -86,3 +86,21 @@ def test_a_healing_controller_still_imports_neither(pytester: pytest.Pytester) -
     assert (pytester.path / "controller.txt").read_text() == "|1"
     (bug,) = report_of(pytester.path)["bugs"]
     assert bug["status"] == "healed", bug["reason"]
+
+
+def test_a_configured_session_knows_an_xdist_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once configured, a worker is known by workerinput, whatever the environment says."""
+    from pytest_kernelfix.device import is_xdist_controller
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")  # inherited by a pytest started in a worker
+
+    class Configured:
+        def __init__(self, worker: bool, **options: object) -> None:
+            self.option = SimpleNamespace(**{"numprocesses": None, "dist": "no", "tx": None,
+                                             "usepdb": False, **options})
+            if worker:
+                self.workerinput: dict[str, object] = {}
+
+    assert is_xdist_controller(Configured(False, numprocesses=2, dist="load"))  # type: ignore[arg-type]
+    assert not is_xdist_controller(Configured(True, numprocesses=2, dist="load"))  # type: ignore[arg-type]
+    assert not is_xdist_controller(Configured(False))  # type: ignore[arg-type]
