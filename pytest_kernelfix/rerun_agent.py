@@ -496,7 +496,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         patterns = tuple(early_config.getini("python_files"))
     except (ValueError, KeyError):
         patterns = ()
-    early_config.stash[integrity_key] = IntegrityCheck.start(plan.sandbox_root, patterns)
+    try:
+        early_config.stash[integrity_key] = IntegrityCheck.start(plan.sandbox_root, patterns)
+    except Exception as error:  # reported, and the session refuses the candidate for it
+        early_config.stash[integrity_error_key] = f"{type(error).__name__}: {error}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -507,6 +510,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[agent_key] = agent
     config.pluginmanager.register(agent, "kernelfix-rerun-agent")
     agent.start()
+    failed = config.stash.get(integrity_error_key, "")
+    if failed:
+        agent.set_extra("integrity_error", failed)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -519,6 +525,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 agent_key = pytest.StashKey[RerunAgent]()
 integrity_key = pytest.StashKey[IntegrityCheck]()
+integrity_error_key = pytest.StashKey[str]()
 
 
 def agent_of(config: pytest.Config) -> RerunAgent | None:

@@ -69,9 +69,14 @@ def integrity_findings(result: RerunResult) -> frozenset[str]:
     return frozenset(item for outcome in result.outcomes for item in outcome.integrity)
 
 
-def integrity_verdict(found: frozenset[str], allowed: frozenset[str]) -> Verdict | None:
-    """A rejection for what the candidate changed that the unpatched code did not."""
-    new = sorted(found - allowed)
+def integrity_verdict(result: RerunResult, allowed: frozenset[str]) -> Verdict | None:
+    """A rejection for what the candidate changed that the unpatched code did not, or for a
+    rerun whose integrity check could not even start."""
+    failed = result.extra.get("integrity_error")
+    if failed:
+        return Verdict(False, f"the run-time integrity check could not start: {failed}",
+                       kind="rerun")
+    new = sorted(integrity_findings(result) - allowed)
     if not new:
         return None
     return Verdict(
@@ -267,7 +272,7 @@ class Verifier:
             result = self._run(self._spec(self.nodeids, poison=mode))
             if isinstance(result, Verdict):
                 return result
-            changed = integrity_verdict(integrity_findings(result), self.baseline_findings)
+            changed = integrity_verdict(result, self.baseline_findings)
             if changed is not None:
                 return changed
             judgement = judge_poisoned(result, self.nodeids, mode)
@@ -332,7 +337,7 @@ class Verifier:
                 + "\n\n".join(shown),
                 kind="regression",
             )
-        changed = integrity_verdict(integrity_findings(result), self.baseline_findings)
+        changed = integrity_verdict(result, self.baseline_findings)
         if changed is not None:
             return changed
         bypassed = [  # regression tests were chosen because they launched an editable kernel

@@ -148,3 +148,13 @@ def test_integrity_findings_count_only_when_the_unpatched_code_had_none(sandbox:
     assert verdict.kind == "integrity"
     assert verdict.summary == f"run-time integrity: {patched}"
     assert mode not in verdict.feedback  # the suite's own mode was there before
+
+
+def test_a_rerun_whose_integrity_check_could_not_start_is_no_pass(sandbox: Sandbox) -> None:
+    broken = RerunResult((outcome(A, "passed"),), returncode=0,
+                         extra={"integrity_error": "ImportError: numpy.testing"})
+    verdict, runner = verify(sandbox, {"": broken})
+    assert not verdict.ok and verdict.kind == "rerun"  # type: ignore[attr-defined]
+    assert verdict.summary == (  # type: ignore[attr-defined]
+        "the run-time integrity check could not start: ImportError: numpy.testing")
+    assert [spec.poison for spec in runner.specs] == [""]
