@@ -53,7 +53,8 @@ COMPARISON_OPS = (
     "aten::sub.Tensor", "aten::isnan", "aten::isfinite", "aten::_local_scalar_dense",
     "aten::max", "aten::min", "aten::sum", "aten::mean",
 )
-_MISSING = object()
+#: Stands for an attribute that is not there (a class that inherits it, a removed name).
+MISSING = object()
 
 
 class CodeSites:
@@ -68,6 +69,7 @@ class CodeSites:
         self.project = Project(Path(root), tuple(test_patterns) or DEFAULT_TEST_PATTERNS)
         self.roots = tuple(dict.fromkeys([os.path.abspath(root), os.path.realpath(root)]))
         self._kinds: dict[str, tuple[str, str]] = {}
+        self._dirs: dict[str, str] = {}
 
     def site(self, filename: str | None) -> tuple[str, str]:
         """(kind, root-relative path) of a file; ("", "") outside the project."""
@@ -85,7 +87,9 @@ class CodeSites:
     def _classify(self, filename: str) -> tuple[str, str]:
         if filename.startswith("<"):
             return "", ""
-        for candidate in dict.fromkeys([os.path.abspath(filename), os.path.realpath(filename)]):
+        absolute = os.path.abspath(filename)
+        directory, name = os.path.split(absolute)
+        for candidate in (absolute, os.path.join(self._real(directory), name)):
             for root in self.roots:
                 if candidate.startswith(root + os.sep):
                     relative = Path(candidate[len(root) + 1:]).as_posix()
@@ -94,6 +98,13 @@ class CodeSites:
                     return ("test" if self.project.is_test_file(relative) else "project",
                             relative)
         return "", ""
+
+    def _real(self, directory: str) -> str:
+        """``realpath`` of a directory, once per directory (a process imports from few)."""
+        real = self._dirs.get(directory)
+        if real is None:
+            real = self._dirs[directory] = os.path.realpath(directory)
+        return real
 
     def caller(self, frame: FrameType | None) -> tuple[str, str]:
         """The nearest frame, outward from ``frame``, that runs project or test code."""
@@ -116,7 +127,7 @@ class CodeSites:
 
 def describe(value: Any, sites: CodeSites) -> str:
     """A value as a finding names it: stable (no address), with its file when it is ours."""
-    if value is _MISSING:
+    if value is MISSING:
         return "removed"
     kind, relative = sites.of_object(value)
     name = getattr(value, "__qualname__", None) or type(value).__qualname__
@@ -135,12 +146,17 @@ def _watched(value: Any) -> bool:
 
 
 class Snapshot:
-    """The identity of every watched callable, as it was before project code ran."""
+    """The identity of every watched callable, as it was before project code ran.
+
+    Module attributes are looked up in the module's namespace; class attributes in the
+    own namespace of every class along the MRO (below ``object``), absences included, so
+    that a new entry shadowing an inherited one (``torch.Tensor.__eq__ = ...``) shows.
+    """
 
     def __init__(self) -> None:
         self.modules: dict[str, ModuleType] = {}
-        #: (qualified name, owner, attribute, original object, looked up statically)
-        self.entries: list[tuple[str, Any, str, Any, bool]] = []
+        #: (qualified name, namespace owner, attribute, original object or MISSING)
+        self.entries: list[tuple[str, Any, str, Any]] = []
 
     @classmethod
     def take(cls, names: Sequence[str] = WATCHED_MODULES) -> Snapshot:
@@ -154,7 +170,7 @@ class Snapshot:
             everything = module is builtins
             for attr, value in list(vars(module).items()):
                 if (everything or not attr.startswith("_")) and _watched(value):
-                    snapshot.entries.append((f"{name}.{attr}", module, attr, value, False))
+                    snapshot.entries.append((f"{name}.{attr}", module, attr, value))
         torch = snapshot.modules.get("torch")
         if torch is not None:
             for owner in (torch.Tensor, torch._C.TensorBase):
@@ -167,34 +183,36 @@ class Snapshot:
         return snapshot
 
     def _class(self, label: str, owner: type, names: Sequence[str]) -> None:
+        holders = [cls for cls in owner.__mro__ if cls is not object]
         for attr in names:
             if attr in ("__dict__", "__weakref__", "__doc__", "__annotations__"):
                 continue
-            value = inspect.getattr_static(owner, attr, _MISSING)
-            if value is not _MISSING and _watched(value):
-                self.entries.append((f"{label}.{attr}", owner, attr, value, True))
+            resolved = inspect.getattr_static(owner, attr, MISSING)
+            if resolved is MISSING or not _watched(resolved):
+                continue
+            for holder in holders:
+                self.entries.append((f"{label}.{attr}", holder, attr,
+                                     vars(holder).get(attr, MISSING)))
 
     def original(self, dotted: str) -> Any:
-        """The object ``dotted`` named at snapshot time, or ``_MISSING`` if not watched."""
+        """The object ``dotted`` named at snapshot time, or ``MISSING`` if not watched."""
         if dotted in self.modules:
             return self.modules[dotted]
         owner, _, attr = dotted.rpartition(".")
         module = self.modules.get(owner)
         if module is None:
-            return _MISSING
-        for _, holder, name, value, _static in self.entries:
+            return MISSING
+        for _, holder, name, value in self.entries:
             if holder is module and name == attr:
                 return value
-        return _MISSING
+        return MISSING
 
     def changed(self, sites: CodeSites) -> Iterator[str]:
-        for qualified, owner, attr, original, static in self.entries:
-            if static:
-                current = inspect.getattr_static(owner, attr, _MISSING)
-            else:
-                current = vars(owner).get(attr, _MISSING)
+        for qualified, owner, attr, original in self.entries:
+            current = vars(owner).get(attr, MISSING)
             if current is not original:
-                yield f"{qualified} is replaced (now {describe(current, sites)})"
+                shown = inspect.getattr_static(owner, attr, MISSING)
+                yield f"{qualified} is replaced (now {describe(shown, sites)})"
         for name, module in self.modules.items():
             if sys.modules.get(name) is not module:
                 yield f"sys.modules[{name!r}] is replaced"
@@ -336,7 +354,7 @@ class ImportBindings:
         if path not in self._parsed:
             self._parsed[path] = [
                 (name, dotted, original) for name, dotted in _imports(path)
-                if (original := self.snapshot.original(dotted)) is not _MISSING
+                if (original := self.snapshot.original(dotted)) is not MISSING
             ]
         return self._parsed[path]
 
@@ -348,8 +366,8 @@ class ImportBindings:
                 continue
             namespace = vars(module)
             for name, dotted, original in self._bindings(path):  # type: ignore[arg-type]
-                current = namespace.get(name, _MISSING)
-                if current is not _MISSING and current is not original:
+                current = namespace.get(name, MISSING)
+                if current is not MISSING and current is not original:
                     yield (f"{relative}: the name {name!r} is no longer {dotted} "
                            f"(now {describe(current, self.sites)})")
 

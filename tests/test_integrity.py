@@ -8,7 +8,6 @@ library before the test ends.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelfix.integrity import (  # noqa: E402
+    MISSING,
     CodeSites,
     ImportBindings,
     IntegrityCheck,
@@ -98,16 +98,13 @@ EXPECTED = {
 
 
 def restore(snapshot: Snapshot) -> None:
-    """Put every watched object back as the snapshot saw it."""
-    for _, owner, attr, original, static in snapshot.entries:
-        if static:
-            if inspect.getattr_static(owner, attr, None) is original:
-                continue
-            if any(vars(cls).get(attr) is original for cls in owner.__mro__[1:]):
-                delattr(owner, attr)  # it was inherited: drop the shadowing entry
-            else:
-                setattr(owner, attr, original)
-        elif vars(owner).get(attr) is not original:
+    """Put every watched object back as the snapshot saw it (absent ones: absent)."""
+    for _, owner, attr, original in snapshot.entries:
+        if vars(owner).get(attr, MISSING) is original:
+            continue
+        if original is MISSING:
+            delattr(owner, attr)  # inherited before: drop the shadowing entry
+        else:
             setattr(owner, attr, original)
 
 
