@@ -326,3 +326,27 @@ def sizes(x):
     assert observer.checks >= 1
     assert observer.taint == "partial"
 
+
+
+def test_the_launch_hook_runs_around_each_launch_but_not_after_one_that_raised() -> None:
+    from pytest_kernelfix.launches import LaunchRecorder
+
+    calls: list[str] = []
+
+    def hook(kernel: object, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        calls.append(f"before {args[0]}")
+        return lambda: calls.append(f"after {args[0]}")
+
+    def launch(kernel: object, *args: object, **kwargs: object) -> str:
+        calls.append(f"launch {args[0]}")
+        if args[0] == "bad":
+            raise RuntimeError("kernel failed")
+        return "done"
+
+    run = LaunchRecorder(on_launch=hook)._wrap(launch)
+    assert run(object(), "ok") == "done"
+    with pytest.raises(RuntimeError):
+        run(object(), "bad")
+    run(object(), "warm", warmup=True)  # a compile-only warmup is no launch
+    assert calls == ["before ok", "launch ok", "after ok", "before bad", "launch bad",
+                     "launch warm"]
