@@ -1,13 +1,19 @@
-"""Static checks on every candidate before it is run: a heal that cannot lie.
+"""Static checks on every candidate before it is run: hard safety, and notes.
 
-Model output is untrusted input. A candidate is rejected here, with a reason that goes
-into the report and back to the model, when it does something no fix of a kernel
-does: it aims at a test, a conftest or a path outside the editable set, writes binary
-junk or an oversized file, skips or xfails the test, returns before the kernel launch,
-computes the result with torch instead of the kernel, patches a library, or reaches for
-files, processes, the environment or dynamic code. Checks that need a run (kernel
-bypass by launch count, regressions, crashes, hangs, tampering during the run) live in
-verify.py.
+Model output is untrusted input, and the rerun executes it with the user's rights. A
+candidate is rejected here, with a reason that goes into the report and back to the
+model, when running it would be unsafe or when it aims at what a fix must never touch:
+it targets a test, a conftest or a path outside the editable set, writes binary junk or
+an oversized file, skips or xfails the test, patches a library (a run-time change of
+code outside the editable set), or reaches for files (logging file handlers included),
+processes, the environment, dynamic code or the call stack.
+
+Whether the result comes from the kernel is *not* decided here: names and line
+positions fail in both directions (an honest ``torch.sum(partials)`` after the launch,
+a cheat in plain arithmetic before it). The sensitivity rerun decides that by experiment
+(:mod:`pytest_kernelfix.sensitivity`). The compute-shape heuristics (torch math outside
+the kernels, arithmetic on the result after the launch, an early return, a removed
+launch) are :func:`shape_notes`: remarks attached to the round and shown to the model.
 
 Every code check compares the candidate with the text it was made from and looks only
 at what the candidate *adds*, outside ``@triton.jit`` bodies where that matters; code
@@ -53,6 +59,13 @@ ESCAPE_NAMES = frozenset({
     "posix", "pty", "asyncio", "codecs", "runpy", "zipimport", "CodeType", "FunctionType",
     "cpp_extension", "load_inline", "hub", "__class__", "__bases__", "__mro__", "__loader__",
     "__spec__",
+    # logging into files
+    "FileHandler", "RotatingFileHandler", "TimedRotatingFileHandler", "WatchedFileHandler",
+    "basicConfig", "fileConfig", "dictConfig",
+    # the call stack: code that finds out it runs under a test
+    "traceback", "extract_stack", "walk_stack", "format_stack", "print_stack",
+    "currentframe", "stack_info", "f_back", "f_locals", "f_globals", "f_code", "tb_frame",
+    "__traceback__", "gi_frame", "cr_frame",
 })
 
 #: Calls that read or write files or compile code under innocent names (``torch.save``).
@@ -427,7 +440,7 @@ def _added(before: Counter[str], after: Counter[str], watched: frozenset[str] | 
 
 
 def _code(path: str, old: str, new: str) -> str:
-    """The first reason the change from ``old`` to ``new`` in one file is not a fix."""
+    """The first reason the change from ``old`` to ``new`` in one file is unsafe."""
     after = _facts(new)
     before = _facts(old)
     if after is None or before is None:
@@ -439,40 +452,58 @@ def _code(path: str, old: str, new: str) -> str:
     patches = _added(before.patches, after.patches)
     if patches:
         return (f"monkeypatch: the candidate assigns to {', '.join(patches)} in {path}; "
-                "patching a library changes what the test checks, not the kernel")
+                "patching a library changes code outside the editable files (and what the "
+                "test checks), not the kernel")
     escapes = _added(before.names, after.names, ESCAPE_NAMES) + _added(before.io, after.io)
     if escapes:
         return (f"unsafe code: the candidate adds {', '.join(escapes)} to {path}; a kernel "
-                "fix does not touch files, processes, the environment or interpreter "
-                "internals, import dynamically or exit")
+                "fix does not touch files, processes, the environment, the call stack or "
+                "interpreter internals, import dynamically or exit")
+    return ""
+
+
+def _shape(path: str, old: str, new: str) -> list[str]:
+    """Every compute-shape remark on the change from ``old`` to ``new`` in one file."""
+    after = _facts(new)
+    before = _facts(old)
+    if after is None or before is None:
+        return []
+    notes = []
     shared = [(name, before.wrappers[name], wrapper) for name, wrapper in after.wrappers.items()
               if name in before.wrappers]
     for name, old_wrapper, wrapper in shared:
         if wrapper.early_returns > old_wrapper.early_returns:
-            return (f"kernel bypass: the candidate adds a return before the kernel launch in "
-                    f"{name}() ({path}); every call must reach the launch")
+            notes.append(f"the candidate adds a return before the kernel launch in {name}() "
+                         f"({path}); every call with real input should reach the launch")
     for name in before.wrappers:
         if name in after.functions and name not in after.wrappers:
-            return (f"kernel bypass: the candidate removes the kernel launch from {name}() "
-                    f"({path}); replacing the kernel is not a fix")
+            notes.append(f"the candidate removes the kernel launch from {name}() ({path})")
     compute = _added(before.compute, after.compute)
     if compute:
-        return (f"kernel bypass: the candidate adds torch/numpy computation ({', '.join(compute)})"
-                f" outside the Triton kernels of {path}; the result must come from the kernel, "
-                "not a torch fallback")
+        notes.append(f"the candidate adds torch/numpy computation ({', '.join(compute)}) "
+                     f"outside the Triton kernels of {path}")
     for name, old_wrapper, wrapper in shared:
         computed = _added(old_wrapper.after_launch, wrapper.after_launch)
         if computed:
-            return (f"kernel bypass: the candidate computes on the result after the kernel "
-                    f"launch in {name}() ({path}): `{computed[0]}`; the output must come "
-                    "from the kernel")
-    return ""
+            notes.append(f"the candidate computes on the result after the kernel launch in "
+                         f"{name}() ({path}): `{computed[0]}`")
+    return notes
+
+
+def shape_notes(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[str, ...]:
+    """What the candidate adds in torch math, post-launch arithmetic, early returns or
+    removed launches, across its changed files: notes for the report and the model."""
+    notes: list[str] = []
+    for path in sorted(after):
+        if before.get(path) != after[path] and path.endswith(".py"):
+            notes += _shape(path, before.get(path, ""), after[path])
+    return tuple(notes)
 
 
 def code_checks(
     before: Mapping[str, str], after: Mapping[str, str], modifications: Sequence[Modification]
 ) -> str:
-    """Skip injection, monkeypatching, unsafe code and static kernel bypass, per file."""
+    """Skip injection, monkeypatching and unsafe code, per file."""
     for path in sorted(after):
         if before.get(path) != after[path] and path.endswith(".py"):
             reason = _code(path, before.get(path, ""), after[path])

@@ -25,6 +25,8 @@ from pytest_kernelfix.fixers.base import (
 )
 from pytest_kernelfix.outcomes import (
     HEALED,
+    SKIPPED,
+    UNCERTIFIABLE,
     UNHEALED,
     EditOutcome,
     Guard,
@@ -107,6 +109,7 @@ def heal(
                 redact(outcome.summary),
                 proposal.usage,
                 redact(proposal.raw[:_RAW_KEEP]),
+                tuple(redact(note) for note in outcome.notes),
             )
         )
         if on_round is not None:
@@ -116,6 +119,8 @@ def heal(
             current = dict(accepted)
         if outcome.ok:
             return finish(HEALED, f"healed in round {number}", current)
+        if outcome.kind == UNCERTIFIABLE:  # no candidate can be told from a cheat
+            return finish(SKIPPED, outcome.summary)
     last = records[-1].outcome if records else "no rounds ran"
     return finish(UNHEALED, f"not healed after {rounds} round(s); last: {last}")
 
@@ -126,6 +131,8 @@ class _RoundOutcome:
     summary: str
     edits: tuple[EditOutcome, ...] = ()
     diff: str = ""
+    kind: str = ""
+    notes: tuple[str, ...] = ()
 
 
 def _play_round(
@@ -184,8 +191,11 @@ def _play_round(
     verdict = verify(candidate)
     tried[key] = verdict.summary
     summary = verdict.summary
-    feedback = _join(verdict.feedback or verdict.summary, unmatched)
-    return _RoundOutcome(verdict.ok, summary, applied.edits, diff), feedback, candidate
+    notes = "\n".join(f"- {note}" for note in verdict.notes)
+    feedback = _join(verdict.feedback or verdict.summary, unmatched,
+                     f"Notes on the candidate's shape:\n{notes}" if notes else "")
+    return (_RoundOutcome(verdict.ok, summary, applied.edits, diff, verdict.kind, verdict.notes),
+            feedback, candidate)
 
 
 def _join(*parts: str) -> str:

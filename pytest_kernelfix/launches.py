@@ -24,6 +24,10 @@ from typing import Any
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 JSONScalar = int | float | bool | str | None
+#: Called just before a launch with ``(kernel, args, kwargs)``; what it returns (if not
+#: None) is called once the launch has returned. The sensitivity rerun poisons kernel
+#: outputs this way (:mod:`pytest_kernelfix.poison`).
+LaunchHook = Callable[[Any, tuple[Any, ...], dict[str, Any]], "Callable[[], None] | None"]
 
 
 @dataclass(frozen=True)
@@ -190,9 +194,11 @@ class LaunchRecorder:
     ``launches()`` returns the distinct launches since the last ``reset()`` in the order
     they first happened; ``count`` counts every launch. ``kernels`` maps each record to
     the live kernel object so that the compile gate can build it for a GPU target.
+    ``on_launch``, when set, runs around every launch (see :data:`LaunchHook`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_launch: LaunchHook | None = None) -> None:
+        self.on_launch = on_launch
         self.count = 0
         self._records: dict[KernelLaunch, Any] = {}
         self._originals: list[tuple[type, Callable[..., Any]]] = []
@@ -231,9 +237,15 @@ class LaunchRecorder:
         recorder = self
 
         def run(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            after = None
             if not kwargs.get("warmup", False):
                 recorder._record(kernel, args, kwargs)
-            return original(kernel, *args, **kwargs)
+                if recorder.on_launch is not None:
+                    after = recorder.on_launch(kernel, args, kwargs)
+            result = original(kernel, *args, **kwargs)
+            if after is not None:  # not reached when the launch raised
+                after()
+            return result
 
         run.__wrapped__ = original  # type: ignore[attr-defined]
         return run

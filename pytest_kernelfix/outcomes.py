@@ -17,6 +17,8 @@ from pytest_kernelfix.fixers.base import Usage
 HEALED, UNHEALED, SKIPPED = "healed", "unhealed", "skipped"
 #: Every status a bug can end with, in report order.
 STATUSES = (HEALED, UNHEALED, SKIPPED)
+#: The verdict kind that ends a bug as skipped: its tests cannot tell a fix from a cheat.
+UNCERTIFIABLE = "uncertifiable"
 
 
 @dataclass(frozen=True)
@@ -24,13 +26,17 @@ class Verdict:
     """How a candidate fared: ``ok`` only when every check passed.
 
     ``summary`` is one line for the report; ``feedback`` is what the model is shown
-    next round (the new failure, the crash, the broken tests).
+    next round (the new failure, the crash, the broken tests). ``notes`` are remarks on
+    the candidate's shape (torch math or arithmetic after the launch...) that reject
+    nothing but go into the report and to the model. A verdict of kind
+    :data:`UNCERTIFIABLE` ends the bug as skipped.
     """
 
     ok: bool
     summary: str
     feedback: str = ""
     kind: str = ""
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class RoundRecord:
     outcome: str
     usage: Usage = field(default_factory=Usage)
     raw: str = ""
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

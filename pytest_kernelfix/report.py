@@ -119,6 +119,7 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
                 "prompt_tokens": record.usage.prompt_tokens,
                 "completion_tokens": record.usage.completion_tokens,
                 "cost": record.usage.cost,
+                "notes": list(record.notes),
             }
             for record in result.rounds
         ],
@@ -212,6 +213,7 @@ def session_markdown(report: SessionReport) -> str:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
             lines.append(f"  - round {record.round} ({record.source or 'fixer'}; {edits}): "
                          f"{record.outcome}")
+            lines += [f"    - note: {note}" for note in record.notes]
         if bug.patch_file:
             command = apply_command(report.report_dir / bug.patch_file, report.rootdir,
                                     report.rootdir)

@@ -59,11 +59,16 @@ class RerunSetup:
 
 @dataclass(frozen=True)
 class RerunSpec:
-    """One rerun: these tests, in this sandbox copy, the session's way."""
+    """One rerun: these tests, in this sandbox copy, the session's way.
+
+    ``poison`` makes it a sensitivity rerun: every project kernel's output is replaced
+    right after each launch (one of :data:`~pytest_kernelfix.rerun_plan.POISON_MODES`).
+    """
 
     setup: RerunSetup
     sandbox_root: Path
     nodeids: tuple[str, ...]
+    poison: str = ""
 
     @property
     def original_root(self) -> Path:
@@ -71,8 +76,41 @@ class RerunSpec:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """What a sensitivity rerun saw in one test's call phase.
+
+    ``project_launches`` counts launches of kernels defined in the project (not in test
+    files or installed packages); ``poisoned`` the buffers those launches wrote and the
+    agent then poisoned; ``checks`` the value checks the test's own code made on
+    non-empty tensors (comparisons, conversions to Python or NumPy); ``taint`` how much
+    poison the checked tensors carried in a NaN run: "partial" when some checked tensor
+    held poison in part only (values put in place after the launch), else "full" when
+    some held it throughout, "clean" when none held any, "" when not measured.
+    """
+
+    project_launches: int = 0
+    poisoned: int = 0
+    checks: int = 0
+    taint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"project_launches": self.project_launches, "poisoned": self.poisoned,
+                "checks": self.checks, "taint": self.taint}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Probe:
+        return cls(int(data.get("project_launches", 0)), int(data.get("poisoned", 0)),
+                   int(data.get("checks", 0)), str(data.get("taint", "")))
+
+
+@dataclass(frozen=True)
 class TestOutcome:
-    """One test as the rerun saw it; ``error`` describes a failed call (or setup)."""
+    """One test as the rerun saw it; ``error`` describes a failed call (or setup).
+
+    ``integrity`` lists what the run-time integrity check found changed while the test
+    ran (a replaced assertion helper, a foreign torch mode, ...); ``probe`` is set in a
+    sensitivity rerun.
+    """
 
     __test__ = False  # not a pytest test class
 
@@ -84,6 +122,8 @@ class TestOutcome:
     launch_count: int = 0
     launches: tuple[KernelLaunch, ...] = ()
     duration: float = 0.0
+    integrity: tuple[str, ...] = ()
+    probe: Probe | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,11 +135,14 @@ class TestOutcome:
             "launch_count": self.launch_count,
             "launches": [launch.to_json() for launch in self.launches],
             "duration": self.duration,
+            "integrity": list(self.integrity),
+            "probe": None if self.probe is None else self.probe.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TestOutcome:
         error = data.get("error")
+        probe = data.get("probe")
         return cls(
             nodeid=str(data["nodeid"]),
             outcome=data["outcome"],
@@ -109,6 +152,8 @@ class TestOutcome:
             launch_count=int(data.get("launch_count", 0)),
             launches=tuple(KernelLaunch.from_json(item) for item in data.get("launches", ())),
             duration=float(data.get("duration", 0.0)),
+            integrity=tuple(str(item) for item in data.get("integrity", ())),
+            probe=None if probe is None else Probe.from_json(probe),
         )
 
 
@@ -424,6 +469,7 @@ def rerun_plan(spec: RerunSpec, work: Path) -> RerunPlan:
         alias_dir=str(work / "imports"),
         nodeids=spec.nodeids,
         device=spec.setup.device,
+        poison=spec.poison,
     )
 
 

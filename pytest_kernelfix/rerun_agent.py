@@ -6,7 +6,10 @@ sandbox, so an editable install (a setuptools finder, a ``.pth`` path entry) or 
 absolute ``PYTHONPATH`` entry cannot bring in the unpatched files. The module is also
 the pytest plugin (``-p pytest_kernelfix.rerun_agent``) that records each test's
 outcome, error and kernel launches to the results file as each test finishes, so a
-crash mid-run leaves the finished tests readable.
+crash mid-run leaves the finished tests readable. Around each test's call phase it runs
+the integrity check (:mod:`pytest_kernelfix.integrity`) and, in a sensitivity rerun,
+poisons project kernels' outputs and watches the test's checks
+(:mod:`pytest_kernelfix.poison`).
 
 PYTEST_DONT_REWRITE: :func:`main` imports this module before pytest starts.
 """
@@ -33,8 +36,10 @@ from typing import Any
 import pytest
 
 from pytest_kernelfix.failure import ErrorInfo, describe_exception
+from pytest_kernelfix.integrity import CodeSites, IntegrityCheck
 from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
-from pytest_kernelfix.rerun import TestOutcome
+from pytest_kernelfix.poison import Poisoner, make_observer, remove_mode
+from pytest_kernelfix.rerun import Probe, TestOutcome
 from pytest_kernelfix.rerun_plan import RerunPlan, load_plan
 
 #: Loaders rebuilt on the twin path as they are; other loaders are chosen by suffix.
@@ -239,14 +244,21 @@ class RerunAgent:
     than a short one per test.
     """
 
-    def __init__(self, config: pytest.Config, plan: RerunPlan) -> None:
+    def __init__(self, config: pytest.Config, plan: RerunPlan,
+                 integrity: IntegrityCheck | None = None) -> None:
         self.config = config
         self.plan = plan
         self.output = Path(plan.output)
-        self.recorder = LaunchRecorder()
+        self.integrity = integrity
+        sites = integrity.sites if integrity is not None else CodeSites(plan.sandbox_root)
+        self.poisoner = Poisoner(plan.poison, sites) if plan.poison else None
+        self.observer: Any = None
+        self.recorder = LaunchRecorder(on_launch=self.poisoner)
         self.kernels: dict[KernelLaunch, object] = {}  # every launch of the run, for the gate
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._errors: dict[tuple[str, str], ErrorInfo] = {}
+        self._findings: dict[str, set[str]] = {}
+        self._probes: dict[str, Probe] = {}
         self._fd = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def emit(self, event: str, **data: Any) -> None:
@@ -273,6 +285,10 @@ class RerunAgent:
     def stop(self) -> None:
         self.recorder.uninstall()
         self._report_imports()
+        if self.poisoner is not None and self.poisoner.errors:
+            self.set_extra("poison_errors", sorted(set(self.poisoner.errors))[:20])
+        if self.integrity is not None:
+            self.integrity.close()
         os.close(self._fd)
 
     def _report_imports(self) -> None:
@@ -289,6 +305,41 @@ class RerunAgent:
         self.recorder.reset()
         self._reports[nodeid] = []
         self.emit("start", nodeid=nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        """Integrity before and after the test body; poison and watch in between."""
+        found = set(self.integrity.findings()) if self.integrity is not None else set()
+        observer = self._start_watching()
+        try:
+            return (yield)
+        finally:
+            if observer is not None:
+                remove_mode(observer)
+                found |= observer.foreign
+            if self.poisoner is not None:
+                self.poisoner.active = False
+                self._probes[item.nodeid] = Probe(
+                    self.poisoner.launches, self.poisoner.poisoned,
+                    observer.checks if observer is not None else 0,
+                    observer.taint if observer is not None else "")
+            if self.integrity is not None:
+                found |= set(self.integrity.findings())
+            self._findings[item.nodeid] = found
+
+    def _start_watching(self) -> Any:
+        """Arm the poisoner and push the observer (sensitivity reruns only)."""
+        if self.poisoner is None:
+            return None
+        self.poisoner.reset()
+        self.poisoner.active = True
+        if self.observer is None:
+            self.observer = make_observer(self.poisoner.sites, taint=self.plan.poison == "nan")
+            if self.integrity is not None:
+                self.integrity.allow(self.observer)
+        self.observer.reset()
+        self.observer.__enter__()
+        return self.observer
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -315,6 +366,8 @@ class RerunAgent:
             launch_count=self.recorder.count,
             launches=self.recorder.launches(),
             duration=sum(r.duration for r in reports),
+            integrity=tuple(sorted(self._findings.pop(nodeid, ()))),
+            probe=self._probes.pop(nodeid, None),
         )
         self._errors = {key: value for key, value in self._errors.items() if key[0] != nodeid}
         self.kernels.update(self.recorder.kernels)
@@ -434,23 +487,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Prepare the device as the session did, before conftest files import kernels."""
+    """Prepare the device as the session did, then take the integrity snapshot: both
+    before conftest files import kernels (or anything else of the project)."""
     plan = load_plan()
-    if plan is None or not plan.device.interpret:
+    if plan is None:
         return
-    from pytest_kernelfix.device import prepare
+    if plan.device.interpret:
+        from pytest_kernelfix.device import prepare
 
-    prepare("interpret", cuda_shim=plan.device.cuda_shim, capability=plan.device.capability)
+        prepare("interpret", cuda_shim=plan.device.cuda_shim, capability=plan.device.capability)
+    try:
+        patterns = tuple(early_config.getini("python_files"))
+    except (ValueError, KeyError):
+        patterns = ()
+    try:
+        early_config.stash[integrity_key] = IntegrityCheck.start(plan.sandbox_root, patterns)
+    except Exception as error:  # reported, and the session refuses the candidate for it
+        early_config.stash[integrity_error_key] = f"{type(error).__name__}: {error}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     plan = load_plan()
     if plan is None or hasattr(config, "workerinput"):
         return
-    agent = RerunAgent(config, plan)
+    agent = RerunAgent(config, plan, config.stash.get(integrity_key, None))
     config.stash[agent_key] = agent
     config.pluginmanager.register(agent, "kernelfix-rerun-agent")
     agent.start()
+    failed = config.stash.get(integrity_error_key, "")
+    if failed:
+        agent.set_extra("integrity_error", failed)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -462,6 +528,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 agent_key = pytest.StashKey[RerunAgent]()
+integrity_key = pytest.StashKey[IntegrityCheck]()
+integrity_error_key = pytest.StashKey[str]()
 
 
 def agent_of(config: pytest.Config) -> RerunAgent | None:

@@ -21,7 +21,11 @@ from typing import Any
 from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enabled
 
 #: Bumped whenever a field changes meaning; a child refuses any other version.
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+#: How a sensitivity rerun replaces what each project kernel wrote, right after each
+#: launch: NaN (floats) or a sentinel (integers; booleans are flipped), or the written
+#: values scrambled into other finite values. "" runs the tests as they are.
+POISON_MODES = ("nan", "scramble")
 #: Names the plan file in a rerun child; its presence also keeps the plugin out of it.
 PLAN_ENV = "KERNELFIX_RERUN_PLAN"
 
@@ -74,7 +78,8 @@ def device_plan(*, device: str, cuda_shim: bool, target: str, cache_dir: Path) -
 @dataclass(frozen=True)
 class RerunPlan:
     """Everything the child's agent needs: roots to map imports between, where to write
-    outcomes, which tests, and the device."""
+    outcomes, which tests, the device, and whether to poison kernel outputs
+    (``poison``: one of :data:`POISON_MODES`, or "" for a plain rerun)."""
 
     original_root: str
     sandbox_root: str
@@ -82,7 +87,12 @@ class RerunPlan:
     alias_dir: str
     nodeids: tuple[str, ...]
     device: DevicePlan = field(default_factory=DevicePlan)
+    poison: str = ""
     version: int = PLAN_VERSION
+
+    def __post_init__(self) -> None:
+        if self.poison and self.poison not in POISON_MODES:
+            raise PlanError(f"unknown poison mode {self.poison!r}: not one of {POISON_MODES}")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -114,6 +124,7 @@ class RerunPlan:
                     gate_target=str(device["gate_target"]),
                     cache_dir=str(device["cache_dir"]),
                 ),
+                poison=str(data["poison"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise PlanError(f"rerun plan is incomplete or malformed: {error!r}") from None

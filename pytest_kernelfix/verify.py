@@ -4,8 +4,11 @@ Before round 1 the unpatched code is rerun once (the baseline): a failure that d
 reproduce there, or that is the interpreter's rather than the kernel's, is not a bug to
 heal (:meth:`Verifier.triage`). After that, a candidate passes only when every failing
 test of the bug passes, no test that passed before breaks, the tests still launch a
-Triton kernel, and the rerun neither crashed nor hung. Every rejection carries the
-detail the model needs next round.
+Triton kernel, nothing the tests check with was changed while they ran (the run-time
+integrity check, compared with the baseline's), the rerun neither crashed nor hung, and,
+last, the failing tests fail again once the kernel's output is poisoned (the
+sensitivity reruns, :mod:`pytest_kernelfix.sensitivity`): only then does the result come
+from the kernel. Every rejection carries the detail the model needs next round.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from pathlib import Path
 from pytest_kernelfix.capture import Failure
 from pytest_kernelfix.context import truncate_log
 from pytest_kernelfix.gate import GateResult
-from pytest_kernelfix.outcomes import Verdict
+from pytest_kernelfix.guards import shape_notes
+from pytest_kernelfix.outcomes import UNCERTIFIABLE, Verdict
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome, run_tests
+from pytest_kernelfix.rerun_plan import POISON_MODES
 from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.sensitivity import BYPASS, UNMEASURED, judge_poisoned
 from pytest_kernelfix.shim.limits import bf16_limitation
 
 _FEEDBACK_TESTS = 3
@@ -57,6 +63,33 @@ def gate_results(result: RerunResult) -> list[GateResult]:
 
 def gate_rejections(result: RerunResult) -> list[GateResult]:
     return [gate for gate in gate_results(result) if not gate.ok]
+
+
+def integrity_findings(result: RerunResult) -> frozenset[str]:
+    """Everything the integrity check found changed in any test of a rerun."""
+    return frozenset(item for outcome in result.outcomes for item in outcome.integrity)
+
+
+def integrity_verdict(result: RerunResult, allowed: frozenset[str]) -> Verdict | None:
+    """A rejection for what the candidate changed that the unpatched code did not, or for a
+    rerun whose integrity check could not even start."""
+    failed = result.extra.get("integrity_error")
+    if failed:
+        return Verdict(False, f"the run-time integrity check could not start: {failed}",
+                       kind="rerun")
+    new = sorted(integrity_findings(result) - allowed)
+    if not new:
+        return None
+    return Verdict(
+        False,
+        f"run-time integrity: {new[0]}" + (f" (and {len(new) - 1} more)" if len(new) > 1
+                                          else ""),
+        "While the tests ran, something they check with was not what it was before the "
+        "project's code ran:\n" + "\n".join(f"- {item}" for item in new[:10])
+        + "\nA fix changes the kernel, never the assertion helpers, torch, numpy or the "
+        "test's names, torch modes, Tensor subclasses or torch.library registrations.",
+        kind="integrity",
+    )
 
 
 def no_outcomes(result: RerunResult) -> str:
@@ -136,10 +169,13 @@ class Verifier:
         self.protected = tuple(protected)
         self.runner = runner
         self.regression_baseline: frozenset[str] = frozenset(self.regression)
+        self.baseline_findings: frozenset[str] = frozenset()
+        self.originals: dict[str, str] = {}
         self.written: dict[str, str] = {}
 
-    def _spec(self, nodeids: tuple[str, ...], setup: RerunSetup | None = None) -> RerunSpec:
-        return RerunSpec(setup or self.setup, self.sandbox.root, nodeids)
+    def _spec(self, nodeids: tuple[str, ...], setup: RerunSetup | None = None,
+              poison: str = "") -> RerunSpec:
+        return RerunSpec(setup or self.setup, self.sandbox.root, nodeids, poison)
 
     def _write(self, files: Mapping[str, str]) -> None:
         for path, text in files.items():
@@ -155,11 +191,13 @@ class Verifier:
 
     def baseline(self, originals: Mapping[str, str]) -> RerunResult:
         """Rerun the unpatched code: does the failure reproduce, which tests pass?"""
+        self.originals = dict(originals)
         self._write(originals)
         result = self.runner(self._spec(self.nodeids + self.regression))
         self.regression_baseline = frozenset(
             nodeid for nodeid in self.regression if result.passed([nodeid])
         )
+        self.baseline_findings = integrity_findings(result)
         return result
 
     def triage(self, baseline: RerunResult, failure: Failure) -> str:
@@ -201,20 +239,58 @@ class Verifier:
         return changed + list(self.sandbox.touched_links())
 
     def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+        notes = shape_notes(self.originals, candidate) if self.originals else ()
+        return replace(self._verdict(candidate), notes=notes)
+
+    def _verdict(self, candidate: Mapping[str, str]) -> Verdict:
         self._write(candidate)
         tampered = self._tampered()
         if tampered:
             return Verdict(False, f"test files changed: {', '.join(tampered)}",
                            kind="tampered")
-        result = self.runner(self._spec(self.nodeids + tuple(sorted(self.regression_baseline))))
-        tampered = self._tampered()  # the candidate's code ran: did it write test files?
+        result = self._run(self._spec(self.nodeids + tuple(sorted(self.regression_baseline))))
+        if isinstance(result, Verdict):
+            return result
+        verdict = self.judge(result)
+        return self.sensitivity(verdict) if verdict.ok else verdict
+
+    def _run(self, spec: RerunSpec) -> RerunResult | Verdict:
+        """Run, then check that the candidate's code wrote no test or data file."""
+        result = self.runner(spec)
+        tampered = self._tampered()
         if tampered:
             for path in tampered:  # later rounds and bugs share this sandbox: undo it
                 self.sandbox.reset(path)
             return Verdict(False, f"the rerun changed test or data files: {', '.join(tampered)}",
                            "Running the patched code changed files it must not touch: "
                            + ", ".join(tampered), kind="tampered")
-        return self.judge(result)
+        return result
+
+    def sensitivity(self, passed: Verdict) -> Verdict:
+        """Rerun the failing tests with the kernels' outputs poisoned: they must fail.
+
+        Runs only for a candidate that passed everything else: one rerun per poison
+        (NaN, then scrambled values), the second only when the first found no bypass.
+        """
+        notes: list[str] = []
+        for mode in POISON_MODES:
+            result = self._run(self._spec(self.nodeids, poison=mode))
+            if isinstance(result, Verdict):
+                return result
+            changed = integrity_verdict(result, self.baseline_findings)
+            if changed is not None:
+                return changed
+            judgement = judge_poisoned(result, self.nodeids, mode)
+            if judgement.state == BYPASS:
+                return Verdict(False, judgement.summary, judgement.feedback, kind="insensitive")
+            if judgement.state == UNCERTIFIABLE:
+                return Verdict(False, judgement.summary, judgement.summary, kind=UNCERTIFIABLE)
+            if judgement.state == UNMEASURED:
+                notes.append(judgement.summary)
+                break  # nothing was poisoned: another poison measures nothing either
+        summary = passed.summary + (f"; {notes[0]}" if notes else
+                                    "; the tests fail once the kernel's output is poisoned")
+        return replace(passed, summary=summary)
 
     def judge(self, result: RerunResult) -> Verdict:
         """Turn a rerun into a verdict, most fundamental problem first."""
@@ -266,6 +342,9 @@ class Verifier:
                 + "\n\n".join(shown),
                 kind="regression",
             )
+        changed = integrity_verdict(result, self.baseline_findings)
+        if changed is not None:
+            return changed
         bypassed = [  # regression tests were chosen because they launched an editable kernel
             n for n in self.nodeids + tuple(sorted(self.regression_baseline))
             if (n in self.launched or n in self.regression_baseline)

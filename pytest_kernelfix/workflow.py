@@ -74,10 +74,22 @@ class Stages:
     progress: Progress = lambda line: None
 
 
+#: What every candidate that passes its rerun goes through, whatever the device.
+INTEGRITY_CHECKS = (
+    "The assertion helpers, torch, numpy and the names the tests imported must be the "
+    "originals while the tests run (no patching, torch modes, Tensor subclasses or "
+    "torch.library overrides).",
+    "The failing tests are then rerun with every project kernel's output replaced (by NaN, "
+    "then by scrambled values) right after each launch: they must fail, which proves that "
+    "the result comes from the kernel.",
+)
+
+
 def checks_for(device: DevicePlan) -> tuple[str, ...]:
     """How candidates are verified, in words a prompt can pass on to the model."""
     if not device.interpret:
-        return ("The failing tests and the tests that passed before are rerun on a CUDA GPU.",)
+        return ("The failing tests and the tests that passed before are rerun on a CUDA GPU.",
+                *INTEGRITY_CHECKS)
     checks = [
         "The failing tests and the tests that passed before are rerun on the Triton "
         "interpreter (TRITON_INTERPRET=1) on CPU; it cannot see GPU-only problems such as "
@@ -86,7 +98,7 @@ def checks_for(device: DevicePlan) -> tuple[str, ...]:
     if device.gate:
         checks.append("Each launched kernel is then compiled for a real GPU target; "
                       "compile errors reject the fix.")
-    return tuple(checks)
+    return (*checks, *INTEGRITY_CHECKS)
 
 
 NO_EDITABLE_SOURCE = (

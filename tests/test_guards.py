@@ -19,7 +19,7 @@ from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
 from pytest_kernelfix.grouping import editable_files, group_failures
-from pytest_kernelfix.guards import build_guard
+from pytest_kernelfix.guards import build_guard, shape_notes
 from pytest_kernelfix.heal import heal
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.outcomes import UNHEALED, Verdict
@@ -82,7 +82,21 @@ HONEST = {
     "line holding torch code re-indented": [
         edit('    return torch.nn.functional.gelu(x, approximate="tanh")',
              '    return torch.nn.functional.gelu(\n        x, approximate="tanh"\n    )')],
+    # wrapper fixes after the launch, which the old bypass heuristic rejected
+    "partial sums reduced after the launch": [
+        edit("    return out\n\n\ndef reference", "    return torch.sum(out.view(1, -1), dim=0)"
+             ".view(x.shape)\n\n\ndef reference")],
+    "denominator fixed after the launch": [
+        edit("    return out\n\n\ndef reference", "    return out / max(n_elements, 1) * n_elements"
+             "\n\n\ndef reference")],
+    "empty input guard on two sizes": [
+        edit("    x = x.contiguous()\n", "    if x.numel() == 0 or x.shape[-1] == 0:\n"
+             "        return torch.empty_like(x)\n    x = x.contiguous()\n")],
 }
+
+#: Honest fixes that compute in the wrapper: accepted by the guard, noted for the model.
+WRAPPER_FIXES = ("partial sums reduced after the launch", "denominator fixed after the launch",
+                 "empty input guard on two sizes")
 
 
 @pytest.mark.parametrize("modifications", HONEST.values(), ids=HONEST.keys())
@@ -228,39 +242,25 @@ HOSTILE = {
                                   "    x = x.contiguous()", "unsafe code"),
     "process exit": ("    x = x.contiguous()", "    sys.exit(0)\n    x = x.contiguous()",
                      "unsafe code: the candidate adds exit, sys"),
-    # kernel bypass
-    "return before the launch": ("    x = x.contiguous()\n",
-                                 "    return x\n    x = x.contiguous()\n",
-                                 "kernel bypass: the candidate adds a return before the kernel "
-                                 "launch in gelu()"),
-    "conditional return before the launch": (
-        "    x = x.contiguous()\n", "    if x.numel() > 0:\n        return x * 0.5\n"
-        "    x = x.contiguous()\n", "kernel bypass: the candidate adds a return before"),
-    "launch removed": (LAUNCH, "    out = reference(x)\n",
-                       "kernel bypass: the candidate removes the kernel launch from gelu()"),
-    "launch replaced by torch": (LAUNCH, "    out = torch.nn.functional.gelu(x)\n",
-                                 "kernel bypass: the candidate removes the kernel launch"),
-    "launch, then torch overwrite": (
-        "    return out\n\n", "    out = torch.nn.functional.gelu(x, approximate='tanh')\n"
-        "    return out\n\n", "kernel bypass: the candidate adds torch/numpy computation "
-        "(torch.nn.functional.gelu)"),
-    "launch, then copy of a torch result": (
-        "    return out\n\n", "    out.copy_(torch.tanh(x) * 0 + reference(x))\n"
-        "    return out\n\n", "kernel bypass: the candidate adds torch/numpy computation"),
-    "torch imported under another name": (
-        "    return out\n\n", "    from torch.nn.functional import gelu as g\n"
-        "    out = g(x, approximate='tanh')\n    return out\n\n",
-        "(torch.nn.functional.gelu)"),
-    "numpy fallback": ("    return out\n\n", "    import numpy as np\n"
-                       "    out = torch.from_numpy(np.tanh(x.numpy()))\n    return out\n\n",
-                       "(numpy.tanh)"),
-    "tensor method fallback": ("    return out\n\n", "    out = x * x.sigmoid()\n"
-                               "    return out\n\n", "kernel bypass"),
-    "arithmetic after the launch": ("    return out\n\n", "    return out * 0 + x\n\n",
-                                    "kernel bypass: the candidate computes on the result after "
-                                    "the kernel launch in gelu()"),
-    "matmul operator": ("    return out\n\n", "    return out @ torch.eye(out.shape[-1])\n\n",
-                        "kernel bypass"),
+    # logging into files, the call stack
+    "logging file handler": ("    x = x.contiguous()", "    import logging\n"
+                             "    logging.getLogger().addHandler(logging.FileHandler('x.log'))\n"
+                             "    x = x.contiguous()",
+                             "unsafe code: the candidate adds FileHandler"),
+    "logging.basicConfig to a file": ("    x = x.contiguous()", "    import logging\n"
+                                      "    logging.basicConfig(filename='/tmp/k.log')\n"
+                                      "    x = x.contiguous()", "unsafe code: the candidate adds "
+                                      "basicConfig"),
+    "traceback stack inspection": ("    x = x.contiguous()", "    import traceback\n"
+                                   "    if any('test_' in f.name for f in "
+                                   "traceback.extract_stack()):\n        x = x * 1\n"
+                                   "    x = x.contiguous()", "unsafe code: the candidate adds "
+                                   "extract_stack, traceback"),
+    "frames through an exception": ("    x = x.contiguous()", "    try:\n        raise ValueError\n"
+                                    "    except ValueError as e:\n"
+                                    "        caller = e.__traceback__.tb_frame.f_back\n"
+                                    "    x = x.contiguous()", "unsafe code: the candidate adds "
+                                    "__traceback__, f_back, tb_frame"),
 }
 
 
@@ -270,6 +270,63 @@ def test_hostile_code_is_rejected_with_its_reason(old: str, new: str, why: str) 
     applied = apply_proposal([modification], {PATH: GELU})
     assert applied.errors == (), applied.errors  # the edit itself applies cleanly
     assert why in GUARD({PATH: GELU}, applied.files, [modification])
+
+
+# -- compute shape: notes for the model, decided by the sensitivity rerun -------------------
+
+#: Candidates that compute outside the kernel. Each is *noted*, never rejected here: only
+#: the sensitivity rerun can tell a torch fallback from an honest torch.sum of partials.
+SHAPES = {
+    "return before the launch": ("    x = x.contiguous()\n",
+                                 "    return x\n    x = x.contiguous()\n",
+                                 "the candidate adds a return before the kernel launch in gelu()"),
+    "conditional return before the launch": (
+        "    x = x.contiguous()\n", "    if x.numel() > 0:\n        return x * 0.5\n"
+        "    x = x.contiguous()\n", "the candidate adds a return before"),
+    "launch removed": (LAUNCH, "    out = reference(x)\n",
+                       "the candidate removes the kernel launch from gelu()"),
+    "launch replaced by torch": (LAUNCH, "    out = torch.nn.functional.gelu(x)\n",
+                                 "the candidate removes the kernel launch"),
+    "launch, then torch overwrite": (
+        "    return out\n\n", "    out = torch.nn.functional.gelu(x, approximate='tanh')\n"
+        "    return out\n\n", "the candidate adds torch/numpy computation "
+        "(torch.nn.functional.gelu)"),
+    "launch, then copy of a torch result": (
+        "    return out\n\n", "    out.copy_(torch.tanh(x) * 0 + reference(x))\n"
+        "    return out\n\n", "the candidate adds torch/numpy computation"),
+    "torch imported under another name": (
+        "    return out\n\n", "    from torch.nn.functional import gelu as g\n"
+        "    out = g(x, approximate='tanh')\n    return out\n\n",
+        "(torch.nn.functional.gelu)"),
+    "numpy fallback": ("    return out\n\n", "    import numpy as np\n"
+                       "    out = torch.from_numpy(np.tanh(x.numpy()))\n    return out\n\n",
+                       "(numpy.tanh)"),
+    "tensor method fallback": ("    return out\n\n", "    out = x * x.sigmoid()\n"
+                               "    return out\n\n", "the candidate adds torch/numpy computation"),
+    "arithmetic after the launch": ("    return out\n\n", "    return out * 0 + x\n\n",
+                                    "the candidate computes on the result after "
+                                    "the kernel launch in gelu()"),
+    "matmul operator": ("    return out\n\n", "    return out @ torch.eye(out.shape[-1])\n\n",
+                        "the candidate adds torch/numpy computation"),
+}
+
+
+@pytest.mark.parametrize(("old", "new", "why"), SHAPES.values(), ids=SHAPES.keys())
+def test_compute_shapes_are_noted_not_rejected(old: str, new: str, why: str) -> None:
+    modification = edit(old, new)
+    applied = apply_proposal([modification], {PATH: GELU})
+    assert applied.errors == (), applied.errors
+    assert GUARD({PATH: GELU}, applied.files, [modification]) == ""
+    notes = shape_notes({PATH: GELU}, applied.files)
+    assert any(why in note for note in notes), notes
+
+
+def test_honest_fixes_carry_no_shape_note() -> None:
+    for name, modifications in HONEST.items():
+        if name in WRAPPER_FIXES:
+            continue
+        applied = apply_proposal(modifications, {PATH: GELU})
+        assert shape_notes({PATH: GELU}, applied.files) == (), name
 
 
 def test_only_what_a_candidate_adds_counts() -> None:
@@ -390,7 +447,7 @@ def test_a_rejected_rerun_does_not_poison_later_rounds_or_bugs(project: Path) ->
     runs = iter([True, False, False])
 
     def runner(spec: RerunSpec) -> RerunResult:
-        if next(runs):  # only the first candidate's run rewrites the test file
+        if next(runs, False):  # only the first candidate's run rewrites the test file
             (spec.sandbox_root / "tests" / "test_gelu.py").write_text("def test_gelu():\n"
                                                                       "    pass\n")
         return _result(("tests/test_gelu.py::test_gelu", "passed", 1))

@@ -72,6 +72,20 @@ def test_a_plan_of_another_version_or_shape_is_refused(change: dict[str, object]
         RerunPlan.from_json(data)
 
 
+def test_a_sensitivity_rerun_names_its_poison_in_the_plan(tmp_path: Path) -> None:
+    poisoned = RerunPlan("/proj", "/tmp/box/proj", "/tmp/w/results.jsonl", "/tmp/w/imports",
+                         ("tests/test_a.py::test_a",), DevicePlan(), poison="scramble")
+    path = tmp_path / "plan.json"
+    poisoned.write(path)
+    assert load_plan({PLAN_ENV: str(path)}) == poisoned
+    assert plan().poison == ""  # a plain rerun poisons nothing
+    with pytest.raises(PlanError, match="incomplete or malformed"):
+        RerunPlan.from_json({**poisoned.to_json(), "poison": "zeros"})
+    with pytest.raises(PlanError, match="incomplete or malformed"):  # a version-1 plan
+        RerunPlan.from_json({key: value for key, value in poisoned.to_json().items()
+                             if key != "poison"})
+
+
 def test_an_unreadable_plan_file_is_a_plan_error(tmp_path: Path) -> None:
     (tmp_path / "plan.json").write_text("{not json")
     with pytest.raises(PlanError, match="cannot be read"):

@@ -119,8 +119,12 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
     assert (root / ".kernelfix" / bug.patch_file).read_text().endswith(
         f"-{BUG}+{FIX}     return y\n")
     assert (root / "kernels" / "ops.py").read_text() == KERNEL  # report mode writes no tree
-    # baseline first (failing tests + the regression set), then one run per candidate
-    assert [spec.nodeids for spec in runner.specs] == [(*NODEIDS, REGRESSION)] * 3
+    # baseline first (failing tests + the regression set), then one run per candidate, then
+    # the winner's sensitivity rerun of the failing tests (this fake poisons nothing, so the
+    # NaN run measures nothing and the scrambled run is not made)
+    assert [(spec.nodeids, spec.poison) for spec in runner.specs] == [
+        ((*NODEIDS, REGRESSION), "")] * 3 + [(NODEIDS, "nan")]
+    assert "sensitivity not measured" in bug.result.rounds[-1].outcome
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
 
 

@@ -1,0 +1,160 @@
+"""Reading the sensitivity reruns, and the verifier steps around them (no subprocess here).
+
+The verdict table: a poisoned test that fails is evidence the result comes from the kernel;
+one that still passes, having checked values, is a bypass; one that checked no value does
+not depend on the kernel; a test in which nothing was poisoned is no evidence, unless a
+project kernel was launched and the test checked values anyway.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelfix.outcomes import UNCERTIFIABLE
+from pytest_kernelfix.rerun import Probe, RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.rerun_plan import DevicePlan
+from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.sensitivity import BYPASS, SENSITIVE, UNMEASURED, judge_poisoned
+from pytest_kernelfix.verify import Verifier
+
+A, B = "tests/test_k.py::test_a", "tests/test_k.py::test_b"
+
+
+def outcome(nodeid: str, result: str, *, launches: int = 1, poisoned: int = 1, checks: int = 3,
+            taint: str = "full") -> TestOutcome:
+    return TestOutcome(nodeid, result, "call", launch_count=launches,  # type: ignore[arg-type]
+                       probe=Probe(launches, poisoned, checks, taint))
+
+
+def run(*outcomes: TestOutcome, **changes: object) -> RerunResult:
+    values: dict[str, object] = {"returncode": 1, **changes}
+    return RerunResult(tuple(outcomes), **values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "state", "words"),
+    [
+        ([outcome(A, "failed"), outcome(B, "failed", taint="clean")], SENSITIVE, "2 test(s) fail"),
+        ([outcome(A, "failed"), outcome(B, "passed")], BYPASS, "1 test(s) pass even when"),
+        ([outcome(A, "failed", taint="partial")], BYPASS, "only part of which come"),
+        ([outcome(A, "passed", poisoned=0)], BYPASS, "wrote nothing they could check"),
+        ([outcome(A, "passed", checks=0)], UNCERTIFIABLE, "cannot certify: the test does not "
+                                                          "depend on the kernel's output"),
+        ([outcome(A, "failed"), outcome(B, "passed", checks=0)], SENSITIVE, "1 test(s) fail"),
+        ([outcome(A, "passed", poisoned=0, launches=0)], UNMEASURED, "not measured"),
+        ([outcome(A, "passed", poisoned=0, checks=0)], UNMEASURED, "not measured"),
+        ([outcome(A, "error")], SENSITIVE, "fail"),
+        ([outcome(A, "skipped", checks=2)], BYPASS, "pass even when"),
+    ],
+    ids=["fails", "one passes", "partly poisoned", "launch wrote nothing", "checks nothing",
+         "one checks nothing beside a sensitive one", "no launch", "nothing written or checked",
+         "error counts as failing", "a skip is no failure"],
+)
+def test_the_verdict_of_one_poisoned_run(outcomes: list[TestOutcome], state: str,
+                                         words: str) -> None:
+    judgement = judge_poisoned(run(*outcomes), [o.nodeid for o in outcomes], "nan")
+    assert judgement.state == state
+    assert words in judgement.summary
+
+
+def test_a_crash_of_the_poisoned_run_counts_as_failing_for_the_unfinished_tests() -> None:
+    crashed = run(outcome(A, "failed"), signal="SIGSEGV", returncode=-11)
+    assert judge_poisoned(crashed, [A, B], "nan").state == SENSITIVE
+    quiet = run(outcome(A, "passed"))  # B never ran, no crash: no evidence from B
+    assert judge_poisoned(quiet, [A, B], "nan").state == BYPASS
+
+
+def test_the_feedback_names_the_poison_and_the_tests() -> None:
+    judgement = judge_poisoned(run(outcome(A, "passed")), [A], "scramble")
+    assert "replaced by scrambled values" in judgement.summary
+    assert A in judgement.feedback and "not a fix" in judgement.feedback
+
+
+# -- the verifier around the poisoned runs ---------------------------------------------------
+
+
+class Scripted:
+    """A runner answering each spec from a table keyed by its poison mode."""
+
+    def __init__(self, answers: dict[str, RerunResult]) -> None:
+        self.answers = answers
+        self.specs: list[RerunSpec] = []
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        self.specs.append(spec)
+        return self.answers[spec.poison]
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "k.py").write_text("def k():\n    return 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_k.py").write_text("def test_a():\n    pass\n")
+    return Sandbox.create(tmp_path)
+
+
+def verify(sandbox: Sandbox, answers: dict[str, RerunResult]) -> tuple[object, Scripted]:
+    runner = Scripted(answers)
+    setup = RerunSetup(sandbox.source, 10.0, DevicePlan(interpret=True))
+    verifier = Verifier(sandbox, setup, [A], runner=runner, launched=[A])
+    with sandbox:
+        verdict = verifier({"kernels/k.py": "def k():\n    return 2\n"})
+    return verdict, runner
+
+
+def test_a_candidate_passes_only_after_both_poisons_make_the_tests_fail(sandbox: Sandbox) -> None:
+    verdict, runner = verify(sandbox, {"": run(outcome(A, "passed")),
+                                       "nan": run(outcome(A, "failed")),
+                                       "scramble": run(outcome(A, "failed", taint=""))})
+    assert verdict.ok, verdict  # type: ignore[attr-defined]
+    assert [spec.poison for spec in runner.specs] == ["", "nan", "scramble"]
+    assert all(spec.nodeids == (A,) for spec in runner.specs)
+
+
+def test_what_only_the_scrambled_run_catches_is_rejected(sandbox: Sandbox) -> None:
+    """``ref + 0 * out`` carries NaN to the test but ignores finite values."""
+    verdict, _ = verify(sandbox, {"": run(outcome(A, "passed")),
+                                  "nan": run(outcome(A, "failed")),
+                                  "scramble": run(outcome(A, "passed", taint=""))})
+    assert not verdict.ok and verdict.kind == "insensitive"  # type: ignore[attr-defined]
+    assert "replaced by scrambled values" in verdict.summary  # type: ignore[attr-defined]
+
+
+def test_a_test_that_checks_nothing_ends_as_uncertifiable(sandbox: Sandbox) -> None:
+    verdict, runner = verify(sandbox, {"": run(outcome(A, "passed")),
+                                       "nan": run(outcome(A, "passed", checks=0))})
+    assert verdict.kind == UNCERTIFIABLE and not verdict.ok  # type: ignore[attr-defined]
+    assert [spec.poison for spec in runner.specs] == ["", "nan"]  # no scrambled run
+
+
+def test_integrity_findings_count_only_when_the_unpatched_code_had_none(sandbox: Sandbox) -> None:
+    patched = "torch.testing.assert_close is replaced (now <lambda> from kernels/k.py)"
+    mode = "a torch function mode is active: torch.utils._device.DeviceContext"
+
+    def with_findings(*found: str) -> RerunResult:
+        return RerunResult((TestOutcome(A, "passed", "call", launch_count=1, integrity=found),),
+                           returncode=0)
+
+    runner = Scripted({"": with_findings(mode)})
+    setup = RerunSetup(sandbox.source, 10.0, DevicePlan(interpret=True))
+    verifier = Verifier(sandbox, setup, [A], runner=runner, launched=[A])
+    with sandbox:
+        verifier.baseline({"kernels/k.py": "def k():\n    return 1\n"})
+        runner.answers[""] = with_findings(mode, patched)
+        verdict = verifier({"kernels/k.py": "def k():\n    return 2\n"})
+    assert verdict.kind == "integrity"
+    assert verdict.summary == f"run-time integrity: {patched}"
+    assert mode not in verdict.feedback  # the suite's own mode was there before
+
+
+def test_a_rerun_whose_integrity_check_could_not_start_is_no_pass(sandbox: Sandbox) -> None:
+    broken = RerunResult((outcome(A, "passed"),), returncode=0,
+                         extra={"integrity_error": "ImportError: numpy.testing"})
+    verdict, runner = verify(sandbox, {"": broken})
+    assert not verdict.ok and verdict.kind == "rerun"  # type: ignore[attr-defined]
+    assert verdict.summary == (  # type: ignore[attr-defined]
+        "the run-time integrity check could not start: ImportError: numpy.testing")
+    assert [spec.poison for spec in runner.specs] == [""]
