@@ -30,7 +30,7 @@ class CapturePlugin:
         self.config = config
         self.rootdir = rootdir
         self.notes: list[str] = []
-        self.recorder = LaunchRecorder()
+        self.recorder = LaunchRecorder(rootdir)
         try:
             self.recorder.install()
         except ImportError as error:  # no triton: heal from tracebacks alone
