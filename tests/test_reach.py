@@ -305,3 +305,25 @@ def test_launches_record_their_project_sites(root: Path, monkeypatch: pytest.Mon
     with without.recording():
         module.copy(torch.arange(16, dtype=torch.float32))
     assert without.launches()[0].sites == ()
+
+
+def test_a_request_for_code_is_resolved_inside_the_project_within_a_budget(root: Path) -> None:
+    from pytest_kernelfix.need import NeedResolver
+
+    project = Project(root)
+    gated = (root / "pkg/kernels/gated.py").read_text()
+    resolve = NeedResolver(project)
+    answer = resolve(["pkg/kernels/act.py:silu", "search: next_power_of_2",
+                      "tests/test_gated.py:test_gated", "pkg/nope.py:x", "/etc/passwd",
+                      "pkg/kernels/act.py:nothing_here", "no_such_name"],
+                     {"pkg/kernels/gated.py": gated}, {})
+    assert set(answer.files) == {"pkg/kernels/act.py", "pkg/utils.py"}  # editable, whole
+    assert answer.files["pkg/kernels/act.py"] == (root / "pkg/kernels/act.py").read_text()
+    (test_view,) = answer.context  # a test: read-only, focused on what was asked
+    assert test_view.path == "tests/test_gated.py" and test_view.shown == ("test_gated",)
+    assert any("pkg/utils.py" in line for line in answer.found)
+    missing = " ".join(answer.missing)
+    assert "pkg/nope.py" in missing and "/etc/passwd" in missing
+    assert "defines no 'nothing_here'" in missing and "no_such_name" in missing
+    tight = NeedResolver(project, budget=50)(["pkg/kernels/act.py:silu"], {}, {})
+    assert tight.files == {} and "over the budget" in tight.missing[0]
