@@ -31,6 +31,7 @@ from pytest_kernelfix.prompting import prompt_chars, render_messages
 
 LOG = (Path(__file__).parent / "logs" / "interpreter_wrapped.txt").read_text()
 ROOT = "/home/dev/proj"
+PLUGIN = f"{ROOT}/.venv/lib/python3.11/site-packages/pytest_kernelfix"
 
 
 def test_the_log_keeps_one_copy_of_the_wrapped_traceback_without_machinery() -> None:
@@ -57,7 +58,7 @@ def test_native_tracebacks_and_site_packages_paths_are_cleaned_too() -> None:
         Traceback (most recent call last):
           File "{ROOT}/tests/test_x.py", line 3, in test_x
             scale(x)
-          File "{ROOT}/.venv/lib/python3.11/site-packages/pytest_kernelfix/launches.py", line 9, in run
+          File "{PLUGIN}/launches.py", line 9, in run
             return original(kernel, *args, **kwargs)
           File "/usr/lib/python3/site-packages/triton/runtime/interpreter.py", line 1, in run
             return GridExecutor(...)
@@ -99,7 +100,8 @@ def test_a_long_module_is_shown_focused_with_line_numbers_and_an_outline() -> No
     assert any(line.endswith("@triton.jit def helper_7(x)") for line in view.outline)
     assert len(view.content) < len(text) / 5
     # edits still apply to the whole file, also where the view does not show it
-    edit = Modification("    x = x + 2  # step 2 of helper 7", "    x = x - 2  # step 2 of helper 7")
+    edit = Modification("    x = x + 2  # step 2 of helper 7",
+                        "    x = x - 2  # step 2 of helper 7")
     applied = apply_proposal([edit], {"kernels/big.py": text})
     assert applied.errors == () and "x = x - 2  # step 2 of helper 7" in applied.files[
         "kernels/big.py"]

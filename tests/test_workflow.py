@@ -124,6 +124,27 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
 
 
+def test_the_report_says_what_the_model_was_shown_and_the_first_prompt_size(
+    root: Path,
+) -> None:
+    from importlib import resources
+
+    import jsonschema
+
+    run_healing(inputs(root), Stages(fixer=Answers(fix()), runner=FakeRunner()))
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    schema = json.loads(resources.files("pytest_kernelfix").joinpath(
+        "report.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    (bug,) = data["bugs"]
+    assert bug["shown"] == ["kernels/ops.py"]
+    assert 3_000 < bug["first_prompt_chars"] < 24_000
+    assert bug["first_prompt_tokens"] == (bug["first_prompt_chars"] + 3) // 4
+    markdown = (root / ".kernelfix" / "report.md").read_text()
+    assert f"~{bug['first_prompt_tokens']} tokens" in markdown
+    assert "Shown to the model: `kernels/ops.py`" in markdown
+
+
 def test_session_notes_reach_report_json_and_report_md(root: Path) -> None:
     note = "kernel launches are not recorded: No module named 'triton'"
     run_healing(inputs(root, notes=(note,)), Stages(fixer=Answers(fix()), runner=FakeRunner()))
