@@ -274,3 +274,33 @@ def clean_log(text: str, roots: Sequence[str] = ()) -> str:
         out += body
         seen.append(body)
     return "\n".join(out).strip("\n")
+
+
+_FATAL = re.compile(r"Fatal Python error: (?P<what>.+)$", re.M)
+_FAULT_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def crash_dump(output: str) -> tuple[str, tuple[Frame, ...]]:
+    """The faulthandler dump in a crashed process's output: its text (the ``Fatal
+    Python error`` line and the crashing thread's stack) and that stack's frames,
+    outermost first (faulthandler writes the most recent call first)."""
+    fatal = _FATAL.search(output)
+    if fatal is None:
+        return "", ()
+    blocks: list[list[str]] = [[]]
+    for line in output[fatal.end():].splitlines():
+        if line.strip():
+            blocks[-1].append(line)
+        elif blocks[-1]:
+            blocks.append([])
+    stacks = [block for block in blocks if any(_FAULT_FRAME.match(line) for line in block)]
+    current = next((block for block in stacks if block[0].startswith("Current thread")),
+                   stacks[0] if stacks else [])
+    frames = []
+    for line in current:
+        match = _FAULT_FRAME.match(line)
+        if match:
+            path, lineno = match.group("path"), int(match.group("line"))
+            frames.append(Frame(path, lineno, match.group("func"), _source_line(path, lineno)))
+    text = "\n".join([fatal.group(0), "", *current])
+    return text, tuple(reversed(frames))

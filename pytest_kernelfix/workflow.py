@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from filelock import FileLock
 
-from pytest_kernelfix.capture import Failure, PassedTest
+from pytest_kernelfix.capture import Failure, PassedTest, Selection
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.context import build_context, log_roots
+from pytest_kernelfix.crashes import reproduce_crashes
 from pytest_kernelfix.failure import clean_log
 from pytest_kernelfix.fixers.base import Fixer, ProposalRequest
 from pytest_kernelfix.grouping import BugGroup, group_failures, regression_nodeids
@@ -114,7 +115,6 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     settings = inputs.settings
     project = inputs.project
     reach = Reach(project)
-    groups = group_failures(inputs.failures, project, reach)
     results: list[tuple[BugGroup, HealResult]] = []
     exclude = list(settings.sandbox_exclude)
     if settings.report_dir.is_relative_to(project.root):
@@ -122,6 +122,14 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     sandbox: Sandbox | None = None
     progress = stages.progress
     try:
+        if any(failure.crashed for failure in inputs.failures):
+            sandbox = stages.sandbox(project.root, exclude)
+            progress("rerunning the tests that crashed their worker, alone in the sandbox")
+            failures, notes = reproduce_crashes(inputs.failures, inputs.setup, sandbox.root,
+                                                stages.runner, project,
+                                                Selection.of(settings.select))
+            inputs = replace(inputs, failures=failures, notes=inputs.notes + notes)
+        groups = group_failures(inputs.failures, project, reach)
         for index, group in enumerate(groups):
             if index >= settings.max_groups:
                 results.append((group, _skipped(
