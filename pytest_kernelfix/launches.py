@@ -228,7 +228,7 @@ class LaunchRecorder:
     ) -> None:
         self.count = 0
         self._records: dict[KernelLaunch, Any] = {}
-        self._sites: dict[KernelLaunch, dict[Site, None]] = {}
+        self._sites: dict[KernelLaunch, dict[tuple[Site, ...], None]] = {}
         self._originals: list[tuple[type, Callable[..., Any]]] = []
         self._lock = threading.Lock()
         self._frames = None if root is None else SiteFilter(root)
@@ -237,7 +237,7 @@ class LaunchRecorder:
     def launches(self) -> tuple[KernelLaunch, ...]:
         with self._lock:
             return tuple(
-                replace(launch, sites=tuple(self._sites[launch])) if self._sites.get(launch)
+                replace(launch, sites=_merged(self._sites[launch])) if self._sites.get(launch)
                 else launch
                 for launch in self._records
             )
@@ -263,12 +263,10 @@ class LaunchRecorder:
             new = launch not in self._records
             if new:
                 self._records[launch] = kernel
-            if sites:
-                kept = self._sites.setdefault(launch, {})
-                for site in sites:
-                    if len(kept) >= MAX_SITES_PER_LAUNCH:
-                        break
-                    kept[site] = None
+            if sites:  # one entry per distinct stack: a loop of launches costs one lookup
+                chains = self._sites.setdefault(launch, {})
+                if len(chains) < MAX_SITES_PER_LAUNCH:
+                    chains[sites] = None
         if new and self.on_new is not None:
             with contextlib.suppress(Exception):  # a listener must never break the launch
                 self.on_new(replace(launch, sites=sites) if sites else launch)
@@ -307,6 +305,15 @@ class LaunchRecorder:
 
 
 _SKIP, _KEEP, _STOP = 0, 1, 2
+
+
+def _merged(chains: dict[tuple[Site, ...], None]) -> tuple[Site, ...]:
+    """The frames of every recorded stack, first seen first, at most MAX_SITES_PER_LAUNCH."""
+    frames: dict[Site, None] = {}
+    for chain in chains:
+        for site in chain:
+            frames[site] = None
+    return tuple(frames)[:MAX_SITES_PER_LAUNCH]
 
 
 class SiteFilter:
