@@ -140,17 +140,34 @@ def _targets(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _launch_flow(function: ast.AST) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _assignment(node: ast.AST) -> tuple[set[str], list[ast.AST]] | None:
+    """(names bound, expressions they are bound from) for a binding statement, else None."""
+    if isinstance(node, ast.Assign):
+        return set().union(*(_targets(t) for t in node.targets)), [node.value]
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+        return _targets(node.target), [node.value]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return _targets(node.target), [node.iter]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        bound = [item for item in node.items if item.optional_vars is not None]
+        if bound:
+            return (set().union(*(_targets(i.optional_vars) for i in bound)),  # type: ignore[arg-type]
+                    [item.context_expr for item in bound])
+        return None
+    if isinstance(node, ast.NamedExpr):
+        return _targets(node.target), [node.value]
+    return None
+
+
+def _launch_flow(launches: list[ast.Call], assignments: list[tuple[set[str], list[ast.AST]]]) -> (
+    tuple[tuple[str, ...], tuple[str, ...]]
+):
     """(kernels launched with ``k[grid](...)``, calls whose results reach a launch).
 
     A backward slice within the function: the names a launch reads (grid and
     arguments), then every assignment to one of them, and what those read, to a fixed
     point. Calls in the launch itself and in those assignments feed the launch.
     """
-    launches: list[ast.Call] = [
-        node for node in ast.walk(function)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
-    ]
     if not launches:
         return (), ()
     wanted: set[str] = set()
@@ -159,20 +176,6 @@ def _launch_flow(function: ast.AST) -> tuple[tuple[str, ...], tuple[str, ...]]:
         inputs = [call.func.slice, *call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
         feeding += inputs
         wanted |= {name.split(".")[0] for name in _loads(inputs)}
-    assignments: list[tuple[set[str], list[ast.AST]]] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign):
-            assignments.append((set().union(*(_targets(t) for t in node.targets)), [node.value]))
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-            assignments.append((_targets(node.target), [node.value]))
-        elif isinstance(node, (ast.For, ast.AsyncFor)):
-            assignments.append((_targets(node.target), [node.iter]))
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    assignments.append((_targets(item.optional_vars), [item.context_expr]))
-        elif isinstance(node, ast.NamedExpr):
-            assignments.append((_targets(node.target), [node.value]))
     used: set[int] = set()
     changed = True
     while changed:
@@ -195,9 +198,28 @@ def _launch_flow(function: ast.AST) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind: str,
               start: int) -> Definition:
-    scope = [*node.decorator_list, *node.body, node.args]
-    calls = [_called(n) for root in scope for n in ast.walk(root) if isinstance(n, ast.Call)]
-    launches, feeds = _launch_flow(node)
+    """One walk over the function collects its names, calls, launches and bindings."""
+    names: list[str] = []
+    calls: list[str] = []
+    launches: list[ast.Call] = []
+    assignments: list[tuple[set[str], list[ast.AST]]] = []
+    for root in [*node.decorator_list, *node.body, node.args]:
+        for child in ast.walk(root):
+            if isinstance(child, ast.Call):
+                calls.append(_called(child))
+                if isinstance(child.func, ast.Subscript):
+                    launches.append(child)
+            elif isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Load):
+                name = dotted(child)
+                if name:
+                    names.append(name)
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                names.append(child.id)
+            elif isinstance(child, ast.stmt | ast.NamedExpr):
+                bound = _assignment(child)
+                if bound is not None:
+                    assignments.append(bound)
+    launched, feeds = _launch_flow(launches, assignments)
     prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
     jit = _is_jit(node)
     decorated = "@triton.jit " if jit else ""
@@ -205,9 +227,9 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind:
     return Definition(
         qualname=qualname, kind=kind, start=start, end=node.end_lineno or node.lineno,
         line=node.lineno, header=header, jit=jit,
-        names=tuple(dict.fromkeys(_loads(scope))),
+        names=tuple(dict.fromkeys(names)),
         calls=tuple(dict.fromkeys(c for c in calls if c)),
-        launches=launches, feeds=feeds,
+        launches=launched, feeds=feeds,
     )
 
 
