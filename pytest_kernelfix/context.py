@@ -290,59 +290,52 @@ def _covered(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
 
 def render_source(path: str, text: str, symbols: Sequence[str], *,
                   limit: int | None = None) -> SourceFile:
-    """``text`` shown focused on ``symbols`` (qualified names), within ``limit`` chars.
+    """``text`` shown focused on ``symbols`` (qualified names, most important first).
 
-    A module that does not parse is shown whole. Past ``limit`` the last spans are cut
-    at line boundaries (the first symbol is the most important: it comes first).
+    Over ``limit`` characters the last symbols are left to the outline; when the first
+    alone is too long, its longest span is cut at a line boundary. A module that does
+    not parse is shown whole.
     """
     index = parse_module(text)
     if index.error:
         return SourceFile(path, text)
     lines = text.splitlines()
-    spans = _merge(_spans(index, list(symbols)), lines)
+    kept = list(symbols)
+    view = _render(path, text, index, lines, kept)
+    while limit is not None and len(kept) > 1 and rendered_size(view) > limit:
+        kept.pop()
+        view = _render(path, text, index, lines, kept)
+    if limit is not None and rendered_size(view) > limit:
+        view = _render(path, text, index, lines, kept, room=limit - rendered_size(view))
+    return view
+
+
+def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
+            symbols: Sequence[str], room: int = 0) -> SourceFile:
+    """The focused view; a negative ``room`` cuts that many characters off the longest
+    span (its head is kept)."""
+    spans = _merge(_spans(index, symbols), lines)
+    if room < 0 and spans:
+        longest = max(spans, key=lambda span: span[1] - span[0])
+        start, end = longest
+        size = sum(len(line) + 1 for line in lines[start - 1:end])
+        keep_end = start
+        budget = max(size + room, 400)
+        while keep_end < end and budget - len(lines[keep_end - 1]) - 1 >= 0:
+            budget -= len(lines[keep_end - 1]) + 1
+            keep_end += 1
+        spans[spans.index(longest)] = (start, max(start, keep_end - 1))
     parts: list[str] = []
-    used = 0
-    shown_spans: list[tuple[int, int]] = []
     for start, end in spans:
-        header = f"# --- lines {start}-{end} ---"
-        body = lines[start - 1:end]
-        size = len(header) + 1 + sum(len(line) + 1 for line in body)
-        if limit is not None and used + size > limit and parts:
-            keep = []
-            room = limit - used - len(header) - 1
-            for line in body:
-                if room - len(line) - 1 < 0:
-                    break
-                keep.append(line)
-                room -= len(line) + 1
-            if len(keep) < 3:
-                break
-            end = start + len(keep) - 1
-            header = f"# --- lines {start}-{end} (cut: the rest of this definition is " \
-                     "outlined below) ---"
-            body = keep
-        elif limit is not None and used + size > limit:  # the first span alone is too big
-            room = max(limit - len(header) - 1, 200)
-            keep = []
-            for line in body:
-                if room - len(line) - 1 < 0:
-                    break
-                keep.append(line)
-                room -= len(line) + 1
-            end = start + len(keep) - 1
-            header = f"# --- lines {start}-{end} (cut) ---"
-            body = keep
-        parts.append(header)
-        parts += body
-        used += size
-        shown_spans.append((start, end))
+        parts.append(f"# --- lines {start}-{end} ---")
+        parts += lines[start - 1:end]
     outline: list[str] = []
     for definition in index.definitions:
-        if _covered(definition, shown_spans):
+        if _covered(definition, spans):
             continue
         if definition.kind == "method":
             owner = index.find(definition.qualname.split(".")[0])
-            if owner is not None and not _covered(owner, shown_spans) and owner.end - (
+            if owner is not None and not _covered(owner, spans) and owner.end - (
                     owner.start) < 40:
                 continue  # a small class unshown is one outline line
         span = (f"{definition.start}-{definition.end}" if definition.end > definition.start

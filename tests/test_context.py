@@ -163,3 +163,18 @@ def test_later_rounds_show_the_current_kernel_lines() -> None:
     (line,) = current_kernel_lines(context, (SourceFile("kernels/k.py", after),))
     assert "tl.tanh" not in line and "2 * tl.sigmoid(2 * x) - 1" in line
     assert "(changed by an earlier round)" in line
+
+
+def test_a_kernel_longer_than_the_budget_is_cut_and_still_fits(tmp_path: Path) -> None:
+    project, failure = _project(tmp_path, functions=2)
+    body = "".join(f"    x = x + {i}  # a long kernel, line {i}\n" for i in range(1500))
+    text = (tmp_path / "kernels" / "big.py").read_text().replace(
+        "    offs = tl.arange(0, BLOCK_N)\n", "    offs = tl.arange(0, BLOCK_N)\n" + body)
+    (tmp_path / "kernels" / "big.py").write_text(text)
+    (group,) = group_failures([failure], project)
+    context = build_context(group, project, device="interpret")
+    assert prompt_chars(ProposalRequest(context, 1, context.editable)) < PROMPT_BUDGET
+    (big,) = context.editable
+    assert big.shown == ("the_kernel",) and "def the_kernel(" in big.content
+    assert "line 1499" not in big.content  # the tail of the kernel is cut
+    assert any("def the_kernel" in line for line in big.outline)  # and said so
