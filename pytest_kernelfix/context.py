@@ -6,8 +6,8 @@ A module over :data:`VIEW_LINES` lines is shown *focused*: the definitions
 :mod:`pytest_kernelfix.reach` found (the kernel, its helpers, the wrapper, the
 constants and ``triton.Config`` lists they read) in full, each span headed by its line
 numbers, and a one-line outline of every other definition. The edits still apply to
-the whole file. The first prompt of a bug stays under :data:`PROMPT_BUDGET` characters
-(about 6,000 tokens) whatever the module sizes.
+the whole file. The first prompt of a bug stays under :data:`PROMPT_BUDGET` characters,
+under 6,000 tokens, whatever the module sizes.
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ from pytest_kernelfix.project import Project
 from pytest_kernelfix.reach import Located, nodeid_qualname
 from pytest_kernelfix.redact import redact
 
-#: The whole first prompt (system and user messages), in characters: ~6,000 tokens.
-PROMPT_BUDGET = 24_000
+#: The whole first prompt (system and user messages), in characters. Kernel code runs
+#: about 3.7 characters per token (cl100k_base and o200k_base, measured on liger-kernel
+#: prompts by benchmarks/reach_bench.py), so this keeps a prompt under 6,000 tokens.
+PROMPT_BUDGET = 22_000
+#: Characters per token of these prompts, for the report's token estimate.
+CHARS_PER_TOKEN = 3.7
 #: What the templates' own text takes (the rules, headings, how the fix is verified).
 RESERVED = 7_000
 #: The error log and the test sources, at most.
@@ -34,8 +38,9 @@ LOG_BUDGET = 4_000
 TESTS_BUDGET = 3_000
 #: Modules longer than this are shown focused rather than whole.
 VIEW_LINES = 150
-#: Outline lines per file, at most.
+#: Outline lines per file, at most (fewer for a file none of whose definitions is shown).
 MAX_OUTLINE = 30
+MAX_OUTLINE_UNSHOWN = 10
 
 
 @dataclass(frozen=True)
@@ -342,10 +347,11 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
                 else f"{definition.start}")
         indent = "  " if definition.kind == "method" else ""
         outline.append(f"{indent}{span}: {definition.header}")
-    if len(outline) > MAX_OUTLINE:
-        outline = [*outline[:MAX_OUTLINE], f"... and {len(outline) - MAX_OUTLINE} more"]
-    view = "\n".join(parts) + "\n" if parts else "# (nothing of this file is shown in full)\n"
     shown = tuple(name for name in symbols if index.find(name) is not None)
+    most = MAX_OUTLINE if shown else MAX_OUTLINE_UNSHOWN
+    if len(outline) > most:
+        outline = [*outline[:most], f"... and {len(outline) - most} more"]
+    view = "\n".join(parts) + "\n" if parts else "# (nothing of this file is shown in full)\n"
     return SourceFile(path, text, view, tuple(outline), shown)
 
 
@@ -361,12 +367,14 @@ def choose_focus(
     """Per file, the definitions to show in full (absent: the whole file), within ``limit``.
 
     Greedy by score: a short module whole, a long one focused on its best definitions,
-    adding the next best while the total fits. The best definition is always shown
-    (cut if it alone exceeds the limit); what does not fit stays in the outline.
+    adding the next best while the total fits. The definitions tied at the best score
+    (the launched kernels) are always shown; :func:`fit_views` cuts them if they alone
+    exceed the limit. What does not fit stays in the outline.
     """
     small = {path for path, text in texts.items() if _line_count(text) <= VIEW_LINES}
     focus: dict[str, list[str]] = {path: [] for path in texts if path not in small}
     whole: set[str] = set()
+    best = located[0].score if located else 0.0
 
     def total() -> int:
         size = 0
@@ -377,15 +385,14 @@ def choose_focus(
                 size += rendered_size(render_source(path, text, focus[path]))
         return size
 
-    first = True
     for item in located:
         path = item.path
+        forced = item.score >= best
         if path not in texts or path in whole:
             continue
         if path in small and path not in focus:
             whole.add(path)
-            if total() <= limit or first:
-                first = False
+            if forced or total() <= limit:
                 continue
             whole.discard(path)
             focus[path] = []
@@ -393,9 +400,8 @@ def choose_focus(
         if item.qualname in chosen:
             continue
         chosen.append(item.qualname)
-        if total() > limit and not first:
+        if not forced and total() > limit:
             chosen.pop()
-        first = False
     for path in texts:  # editable files nothing was located in: whole when they fit
         if path in small and path not in focus and path not in whole:
             whole.add(path)
@@ -403,6 +409,29 @@ def choose_focus(
                 whole.discard(path)
                 focus[path] = []
     return {path: tuple(symbols) for path, symbols in focus.items()}
+
+
+def fit_views(
+    located: Sequence[Located], texts: Mapping[str, str], limit: int
+) -> tuple[dict[str, tuple[str, ...]], dict[str, SourceFile]]:
+    """The focus per file and the views, together within ``limit``: while over it, the
+    largest view gives up what it must (a whole file becomes focused; a focused one
+    leaves its last definitions to the outline, then cuts its longest span)."""
+    focus = choose_focus(located, texts, limit)
+    views = {path: render_source(path, text, focus[path]) if path in focus
+             else SourceFile(path, text) for path, text in texts.items()}
+    for _ in range(2 * len(texts) + 2):
+        over = sum(rendered_size(view) for view in views.values()) - limit
+        if over <= 0:
+            break
+        path = max(views, key=lambda p: rendered_size(views[p]))
+        if path not in focus:
+            focus[path] = tuple(item.qualname for item in located if item.path == path)
+            views[path] = render_source(path, texts[path], focus[path])
+            continue
+        views[path] = render_source(path, texts[path], focus[path],
+                                    limit=max(rendered_size(views[path]) - over, 1_000))
+    return focus, views
 
 
 def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int) -> SourceFile:
@@ -453,14 +482,8 @@ def build_context(
     nodeid_chars = sum(len(nodeid) + 3 for nodeid in group.nodeids[:10])
     limit = budget - RESERVED - len(error_log) - nodeid_chars - sum(
         rendered_size(test) for test in tests)
-    focus = choose_focus(group.located, texts, max(limit, 2_000))
-    editable = []
-    for rel, text in texts.items():
-        symbols = focus.get(rel)
-        if symbols is None:
-            editable.append(SourceFile(rel, text))
-        else:
-            editable.append(render_source(rel, text, symbols, limit=max(limit, 2_000)))
+    focus, views = fit_views(group.located, texts, max(limit, 2_000))
+    editable = list(views.values())
     roots = log_roots(project)
     error = ErrorInfo(
         group.first.error.type,
