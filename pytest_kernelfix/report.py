@@ -8,6 +8,7 @@ Patches are written the way Hypothesis writes its patches: a short header git ig
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from pytest_kernelfix import __version__
 from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.context import CHARS_PER_TOKEN
 from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.grouping import BugGroup
 from pytest_kernelfix.outcomes import HEALED, HealResult
@@ -138,8 +140,8 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
 
 
 def prompt_tokens(chars: int) -> int:
-    """An estimate of a prompt's tokens from its characters (code and English: ~4 per token)."""
-    return (chars + 3) // 4
+    """An estimate of a prompt's tokens from its characters (see context.CHARS_PER_TOKEN)."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
 
 
 def session_json(report: SessionReport) -> dict[str, Any]:
