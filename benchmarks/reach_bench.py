@@ -1,6 +1,7 @@
 """Reach benchmark: heal bugs injected into real Triton code, shown only what the plugin finds.
 
     .venv/bin/python benchmarks/reach_bench.py [--jobs 2] [--only NAME ...] [--keep DIR]
+                                               [--baseline REV]
 
 At run time it copies modules of the installed ``liger-kernel`` package into a temporary
 project (nothing copied is committed) and lays them out the way many Triton libraries
@@ -234,6 +235,14 @@ def pytest_kernelfix_propose(request, config):
                        "modifications": []})
 '''
 
+#: For a baseline without kernelfix_select: every test is a kernel test.
+MARK_ALL = '''
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker("kernel")
+'''
+
 INI = """\
 [pytest]
 pythonpath = .
@@ -325,10 +334,12 @@ def _tokens(text: str) -> int:
     """Tokens of ``text`` in o200k_base (GPT-4o's encoding), read offline from the copy
     litellm ships; -1 when it cannot be loaded."""
     try:
-        import litellm
+        import importlib.util
 
-        cache = Path(litellm.__file__).parent / "litellm_core_utils" / "tokenizers"
-        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(cache))
+        spec = importlib.util.find_spec("litellm")  # found, not imported (no network)
+        if spec is not None and spec.submodule_search_locations:
+            cache = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers"
+            os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(cache))
         import tiktoken
 
         return len(tiktoken.get_encoding("o200k_base").encode(text))
@@ -336,14 +347,20 @@ def _tokens(text: str) -> int:
         return -1
 
 
-def run_bug(pristine: Path, bug: Bug, work: Path) -> Outcome:
-    root = work / bug.name / "project"
+def run_bug(pristine: Path, bug: Bug, work: Path, baseline: Path | None = None) -> Outcome:
+    where = work / ("baseline-" + bug.name if baseline else bug.name)
+    root = where / "project"
     shutil.copytree(pristine, root)
     inject(root, bug)
-    log = work / bug.name / "fixer.jsonl"
+    log = where / "fixer.jsonl"
     env = {**os.environ, "KERNELFIX_BENCH_BUG": json.dumps(
         {"file": bug.file, "bad": bug.bad, "good": bug.good, "log": str(log)})}
     env.pop("TRITON_INTERPRET", None)
+    if baseline is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(baseline), *filter(None, [os.environ.get("PYTHONPATH")])])
+        with open(root / "conftest.py", "a", encoding="utf-8") as conftest:
+            conftest.write(MARK_ALL)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", bug.tests, "-q", "-p", "no:cacheprovider",
@@ -359,7 +376,7 @@ def run_bug(pristine: Path, bug: Bug, work: Path) -> Outcome:
     first = next((call for call in calls if call["round"] == 1), None)
     healed = [b for b in report["bugs"] if b["status"] == "healed"
               and bug.file in b["changed_files"]]
-    chars = max((b["first_prompt_chars"] or 0 for b in report["bugs"]), default=0)
+    chars = first["chars"] if first else 0
     detail = "; ".join(f"{b['id']}: {b['status']}: {b['reason'][:120]}" for b in report["bugs"])
     return Outcome(
         bug, bool(healed), bool(first and first["shown"]), chars,
@@ -478,11 +495,45 @@ def reach_cost(liger: Path, work: Path) -> list[tuple[str, int, int, float, floa
     return rows
 
 
+def extract(rev: str, work: Path) -> Path:
+    """The plugin as it was at ``rev``, importable from the returned directory."""
+    target = work / "baseline-plugin"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "pytest_kernelfix",
+                              "prompts"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    prompts = target / "pytest_kernelfix" / "prompts"  # the wheel's layout
+    shutil.move(str(target / "prompts"), str(prompts))
+    (prompts / "__init__.py").write_text("")
+    return target
+
+
+def summary(label: str, outcomes: list[Outcome]) -> None:
+    outside = [o for o in outcomes if o.bug.where != "kernel module"]
+    print(f"{label}: healed {sum(o.healed for o in outcomes)} / {len(outcomes)} "
+          f"({sum(o.healed for o in outside)} / {len(outside)} outside the kernel's module); "
+          f"faulty code in the first prompt {sum(o.shown for o in outcomes)} / {len(outcomes)}")
+    sizes = [o.prompt_chars for o in outcomes if o.prompt_chars]
+    tokens = [o.prompt_tokens for o in outcomes if o.prompt_tokens > 0]
+    if sizes:
+        print(f"  first prompt: median {statistics.median(sizes):.0f} chars, max {max(sizes)}; "
+              f"under {PROMPT_BUDGET}: {sum(size < PROMPT_BUDGET for size in sizes)} / "
+              f"{len(sizes)}")
+    if tokens:
+        print(f"  in o200k_base tokens: median {statistics.median(tokens):.0f}, max "
+              f"{max(tokens)}; under {TOKEN_BUDGET}: "
+              f"{sum(count < TOKEN_BUDGET for count in tokens)} / {len(tokens)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--keep", type=Path, default=None, help="keep the projects here")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="also heal every bug with the plugin as it was at REV")
     options = parser.parse_args()
     import liger_kernel
 
@@ -503,6 +554,11 @@ def main() -> None:
     with ThreadPoolExecutor(options.jobs) as pool:
         outcomes = list(pool.map(lambda bug: run_bug(pristine, bug, work), bugs))
     total = time.monotonic() - started
+    before: list[Outcome] = []
+    if options.baseline:
+        plugin = extract(options.baseline, work)
+        with ThreadPoolExecutor(options.jobs) as pool:
+            before = list(pool.map(lambda bug: run_bug(pristine, bug, work, plugin), bugs))
     print()
     print("| bug | kind | where | faulty line in first prompt | healed | rounds | "
           "first prompt chars | o200k tokens | seconds |")
@@ -511,24 +567,18 @@ def main() -> None:
         print(f"| {o.bug.name} | {o.bug.kind} | {o.bug.where} | {'yes' if o.shown else 'no'} | "
               f"{'yes' if o.healed else 'no'} | {o.rounds} | {o.prompt_chars} | "
               f"{o.prompt_tokens} | {o.seconds:.0f} |")
-    outside = [o for o in outcomes if o.bug.where != "kernel module"]
-    healed = sum(o.healed for o in outcomes)
     print()
-    print(f"healed: {healed} / {len(outcomes)} "
-          f"({sum(o.healed for o in outside)} / {len(outside)} outside the kernel's module)")
-    print(f"faulty code shown in the first prompt: {sum(o.shown for o in outcomes)} / "
-          f"{len(outcomes)}")
-    sizes = [o.prompt_chars for o in outcomes if o.prompt_chars]
-    tokens = [o.prompt_tokens for o in outcomes if o.prompt_tokens > 0]
-    if sizes:
-        print(f"first prompt: median {statistics.median(sizes):.0f} chars, max {max(sizes)} "
-              f"(budget {PROMPT_BUDGET}); all under budget: "
-              f"{all(size < PROMPT_BUDGET for size in sizes)}")
-    if tokens:
-        print(f"first prompt in o200k_base tokens: median {statistics.median(tokens):.0f}, max "
-              f"{max(tokens)}; all under {TOKEN_BUDGET}: "
-              f"{all(count < TOKEN_BUDGET for count in tokens)}")
-    print(f"wall time: {total:.0f} s with {options.jobs} job(s)")
+    summary("this tree", outcomes)
+    if before:
+        print()
+        print(f"| bug | baseline ({options.baseline}): faulty line shown | healed | first "
+              "prompt chars | o200k tokens |")
+        print("|---|---|---|---:|---:|")
+        for o in before:
+            print(f"| {o.bug.name} | {'yes' if o.shown else 'no'} | "
+                  f"{'yes' if o.healed else 'no'} | {o.prompt_chars} | {o.prompt_tokens} |")
+        summary(f"baseline {options.baseline}", before)
+    print(f"wall time, this tree: {total:.0f} s with {options.jobs} job(s)")
     for o in outcomes:
         if not o.healed:
             print(f"not healed: {o.bug.name}: {o.detail}")
