@@ -3,20 +3,24 @@
 Where tests run (a plain session or an xdist worker) :func:`report_record` turns one
 call phase into JSON primitives attached to the report; where reports are collected
 (the plain session or the xdist controller) :func:`read_record` turns it back into
-:class:`Failure` or :class:`PassedTest`. Nothing here holds a live object.
+:class:`Failure` or :class:`PassedTest`, and :class:`Selection` decides which failures
+are healed. A test that crashed an xdist worker becomes a :func:`crash_failure`.
+Nothing here holds a live object.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
-from pytest_kernelfix.project import is_within
+from pytest_kernelfix.project import Project, is_within
 
 #: Name of the report attribute that carries the record (xdist serialises it as is).
 REPORT_ATTR = "kernelfix"
@@ -28,6 +32,8 @@ class Failure:
 
     ``hashes`` are sha256 digests of the project files involved, taken when the test
     ran, so that ``--kernelfix-apply`` can refuse to overwrite a file edited since.
+    ``crashed``: the test took its xdist worker down (nothing was recorded; healing
+    reruns it alone first); ``marked``: it carries the ``kernel`` marker.
     """
 
     nodeid: str
@@ -36,6 +42,8 @@ class Failure:
     longrepr: str
     launches: tuple[KernelLaunch, ...] = ()
     hashes: tuple[tuple[str, str], ...] = ()
+    crashed: bool = False
+    marked: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,59 @@ class PassedTest:
 
     nodeid: str
     launches: tuple[KernelLaunch, ...] = ()
+
+
+#: The error type of a test that crashed its worker, before it is rerun alone.
+WORKER_CRASH = "WorkerCrash"
+
+
+def crash_failure(nodeid: str, root: Path, message: str, *, marked: bool) -> Failure:
+    """A test that crashed its xdist worker: a failure to heal, with nothing recorded yet."""
+    test_path = str(root / nodeid.split("::")[0])
+    return Failure(nodeid, test_path, ErrorInfo(WORKER_CRASH, message), message,
+                   crashed=True, marked=marked)
+
+
+def involved_hashes(paths: Iterable[str], root: Path) -> tuple[tuple[str, str], ...]:
+    """(path, sha256) of the project files among ``paths``, for apply mode."""
+    return tuple(sorted(
+        (path, file_digest(path))
+        for path in set(paths)
+        if path and is_within(path, root) and os.path.isfile(path)
+    ))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which failing tests are healed (``kernelfix_select``): those marked ``kernel``,
+    those that launched a Triton kernel of the project, or those whose nodeid matches
+    a glob. A test is healed when any of the chosen rules selects it."""
+
+    marker: bool = True
+    launched: bool = False
+    globs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, items: Sequence[str]) -> Selection:
+        return cls("kernel" in items, "launched" in items,
+                   tuple(item for item in items if item not in ("kernel", "launched")))
+
+    def matches(self, nodeid: str) -> bool:
+        return any(fnmatch.fnmatchcase(nodeid, glob) for glob in self.globs)
+
+    def selects(self, nodeid: str, marked: bool, launches: Iterable[KernelLaunch],
+                project: Project) -> bool:
+        if (self.marker and marked) or self.matches(nodeid):
+            return True
+        return self.launched and any(
+            project.contains(launch.file) and not project.in_environment(launch.file)
+            for launch in launches
+        )
+
+    def may_select_crash(self, nodeid: str, marked: bool) -> bool:
+        """Before a crashed test is rerun, what it launched is unknown: with ``launched``
+        it is kept, and checked again once the rerun has recorded its launches."""
+        return self.launched or (self.marker and marked) or self.matches(nodeid)
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -70,11 +131,8 @@ def report_record(
     if error is not None:
         record["error"] = error.to_json()
         involved = {frame.path for frame in error.frames} | {launch.file for launch in launches}
-        record["hashes"] = sorted(
-            (path, file_digest(path))
-            for path in involved
-            if path and is_within(path, root) and os.path.isfile(path)
-        )
+        involved |= {site[0] for launch in launches for site in launch.sites}
+        record["hashes"] = [list(pair) for pair in involved_hashes(involved, root)]
     return record
 
 
@@ -90,4 +148,5 @@ def read_record(nodeid: str, record: dict[str, Any], longrepr: str) -> Failure |
         longrepr=longrepr,
         launches=launches,
         hashes=tuple((str(p), str(h)) for p, h in record.get("hashes", ())),
+        marked=bool(record.get("kernel")),
     )

@@ -30,7 +30,7 @@ class CapturePlugin:
         self.config = config
         self.rootdir = rootdir
         self.notes: list[str] = []
-        self.recorder = LaunchRecorder()
+        self.recorder = LaunchRecorder(rootdir)
         try:
             self.recorder.install()
         except ImportError as error:  # no triton: heal from tracebacks alone
@@ -52,7 +52,10 @@ class CapturePlugin:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if report.when == "call":
+        if report.when == "setup":  # the controller learns the marker before a crash can hit
+            setattr(report, REPORT_ATTR,
+                    {"kernel": item.get_closest_marker("kernel") is not None, "phase": "setup"})
+        elif report.when == "call":
             error = None
             if report.failed and call.excinfo is not None and not hasattr(report, "wasxfail"):
                 error = describe_exception(call.excinfo.value)

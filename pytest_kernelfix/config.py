@@ -79,7 +79,15 @@ OPTIONS: tuple[Option, ...] = (
            "the sandbox copy", (), "lines"),
     Option("kernelfix_paths", "Glob patterns (relative to the rootdir) of the only files "
            "edits may touch", (), "lines"),
+    Option("kernelfix_select", "Which failing tests are healed, comma-separated: kernel "
+           "(tests marked kernel), launched (tests that launched a Triton kernel of the "
+           "project), or nodeid globs such as 'tests/ops/*' (default: kernel)", "kernel",
+           metavar="WHICH"),
 )
+
+#: Words of ``kernelfix_select``; anything else must look like a nodeid glob.
+SELECT_WORDS = ("kernel", "launched")
+
 
 _BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -208,6 +216,7 @@ class Settings:
     sandbox_exclude: tuple[str, ...]
     paths: tuple[str, ...]
     rootdir: Path
+    select: tuple[str, ...] = ("kernel",)
 
 
 def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
@@ -245,7 +254,24 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         sandbox_exclude=value("kernelfix_sandbox_exclude"),
         paths=value("kernelfix_paths"),
         rootdir=rootdir,
+        select=parse_select(value("kernelfix_select")),
     )
+
+
+def parse_select(text: str) -> tuple[str, ...]:
+    """``kernelfix_select`` as its items: ``kernel``, ``launched`` and nodeid globs.
+
+    A word that is neither and does not look like a glob or a nodeid (no ``*?[/:.``) is
+    a usage error, so a typo such as ``lauched`` does not silently heal nothing.
+    """
+    items = tuple(dict.fromkeys(
+        item for item in text.replace(",", " ").split() if item.strip()))
+    for item in items:
+        if item not in SELECT_WORDS and not any(char in item for char in "*?[/:."):
+            raise pytest.UsageError(
+                f"kernelfix: invalid value {item!r} for --kernelfix-select / ini "
+                f"kernelfix_select: expected kernel, launched or a nodeid glob")
+    return items or ("kernel",)
 
 
 def device_requested(config: pytest.Config, namespace: Any = None) -> bool:

@@ -1,9 +1,11 @@
 """The plugin object registered where reports arrive: a plain session or the xdist
 controller, never a worker.
 
-It collects the failed kernel tests and the passing ones from the reports' records,
-heals after the run (:func:`pytest_kernelfix.workflow.run_healing`), and prints the
-summary. It never changes a test outcome or the exit status.
+It collects the failed tests that ``kernelfix_select`` chooses (the ``kernel`` marker
+by default) and the passing ones from the reports' records, heals after the run
+(:func:`pytest_kernelfix.workflow.run_healing`), and prints the summary. A test that
+crashes an xdist worker is a failure to heal too (rerun alone in the sandbox first). It
+never changes a test outcome or the exit status.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_kernelfix.capture import REPORT_ATTR, Failure, PassedTest, read_record
+from pytest_kernelfix.capture import (
+    REPORT_ATTR,
+    Failure,
+    PassedTest,
+    Selection,
+    crash_failure,
+    read_record,
+)
 from pytest_kernelfix.capturing import WORKER_NOTES
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.project import Project
@@ -70,6 +79,20 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
     return HookFixer(ask, configured)
 
 
+#: Shown when healing runs without xdist, where a crashing kernel ends the session.
+CRASH_HINT = (
+    "kernelfix: a kernel that crashes the test process (a segfault) ends this session "
+    "before it can be healed; run under pytest-xdist (-n 1, or -p xdist -n 1) to heal "
+    "crashes too"
+)
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """Tests run in xdist workers (this process is the controller)."""
+    return str(getattr(config.option, "dist", "no") or "no") != "no" or bool(
+        getattr(config.option, "numprocesses", None))
+
+
 class HealingController:
     """Collects failures and passes, heals once the run is over, prints the summary."""
 
@@ -84,17 +107,46 @@ class HealingController:
         self.report: SessionReport | None = None
         self.error = ""
         self._progress_shown = False
+        self.selection = Selection.of(settings.select)
+        self.project = session_project(config, settings)
+        self.marked: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
-        if report.when != "call" or not isinstance(record, dict):
+        if not isinstance(record, dict):
+            return
+        if report.when == "setup":
+            if record.get("kernel"):
+                self.marked.add(report.nodeid)
+            return
+        if report.when != "call":
             return
         captured = read_record(report.nodeid, record, report.longreprtext)
         if isinstance(captured, Failure):
-            if record.get("kernel") and report.failed:
+            if report.failed and self.selection.selects(
+                    captured.nodeid, captured.marked, captured.launches, self.project):
                 self.failures.append(captured)
         elif report.passed:
             self.passed.append(captured)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        """An xdist worker died running ``crashitem`` (a segfault in a kernel): heal it.
+
+        Returns None, so xdist and other plugins still decide what to do with the report.
+        """
+        marked = crashitem in self.marked
+        if self.selection.may_select_crash(crashitem, marked):
+            message = str(getattr(report, "longreprtext", "") or report.longrepr or "")
+            self.failures.append(crash_failure(crashitem, self.settings.rootdir,
+                                               message or f"{crashitem} crashed its worker",
+                                               marked=marked))
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        """Without xdist a crash ends the session; say how to heal crashes."""
+        if _distributed(config):
+            return []
+        return [CRASH_HINT]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

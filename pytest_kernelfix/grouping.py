@@ -1,7 +1,9 @@
 """Group failures into bugs: one heal per bug, verified against all of its tests.
 
 Parametrized kernel tests commonly fail 10-50 times from one bug. Failures that share
-their editable files and their normalised error signature are one bug.
+their editable files and their normalised error signature are one bug. The editable
+files are where the fault may be: the traceback, the launched kernels, the launch sites
+and what :mod:`pytest_kernelfix.reach` finds from them through the project's imports.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from pytest_kernelfix.capture import Failure, PassedTest
+from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.reach import Located, Reach, seeds_of
+
+#: Files one bug may edit, at most (the closest to the fault first).
+MAX_EDITABLE_FILES = 8
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class BugGroup:
     signature: str
     editable: tuple[str, ...]
     failures: tuple[Failure, ...]
+    located: tuple[Located, ...] = ()
 
     @property
     def nodeids(self) -> tuple[str, ...]:
@@ -35,15 +43,35 @@ class BugGroup:
         return self.failures[0]
 
 
-def editable_files(failure: Failure, project: Project) -> tuple[str, ...]:
-    """Project Python files in the traceback or holding a launched kernel, relative paths.
+def locate(failure: Failure, reach: Reach) -> tuple[Located, ...]:
+    """The definitions that may hold the fault of ``failure``, best first."""
+    seeds = seeds_of(
+        [(frame.path, frame.lineno) for frame in failure.error.frames],
+        [(launch.file, launch.line, [(f, n, name) for f, n, name in launch.sites])
+         for launch in failure.launches],
+        failure.test_path,
+        failure.nodeid,
+    )
+    return reach.locate(seeds)
 
-    Order: traceback files innermost first (closest to the fault), then launched
-    kernels' files. The project decides which files may be edited at all.
+
+def editable_files(
+    failure: Failure, project: Project, located: tuple[Located, ...] | None = None
+) -> tuple[str, ...]:
+    """Project Python files where the fault may be, relative paths, closest first.
+
+    Order: traceback files innermost first (closest to the fault), launched kernels'
+    files, the launch sites' files innermost first, then the files of the definitions
+    reach found, best score first. The project decides which files may be edited at all.
     """
+    if located is None:
+        located = locate(failure, Reach(project))
     candidates = [frame.path for frame in reversed(failure.error.frames)]
     candidates += [launch.file for launch in failure.launches]
-    return project.editable_files(candidates, exclude=[failure.test_path])
+    candidates += [site[0] for launch in failure.launches for site in launch.sites]
+    candidates += [str(project.root / item.path) for item in located]
+    found = project.editable_files(candidates, exclude=[failure.test_path])
+    return found[:MAX_EDITABLE_FILES]
 
 
 def _kernel_name(failure: Failure, editable: tuple[str, ...], project: Project) -> str:
@@ -70,33 +98,59 @@ def group_id(kernel: str, error_type: str, signature: str, editable: Iterable[st
     return f"{_slug(kernel)}-{_slug(error_type)}-{digest}"
 
 
-def group_failures(failures: Sequence[Failure], project: Project) -> list[BugGroup]:
+def group_failures(
+    failures: Sequence[Failure], project: Project, reach: Reach | None = None
+) -> list[BugGroup]:
     """Groups in order of first failure; failures without editable files form their own."""
+    reach = reach or Reach(project)
     buckets: dict[tuple[tuple[str, ...], str], list[Failure]] = {}
+    found: dict[str, tuple[tuple[str, ...], tuple[Located, ...]]] = {}
     for failure in failures:
-        editable = editable_files(failure, project)
+        located = locate(failure, reach)
+        editable = editable_files(failure, project, located)
+        found[failure.nodeid] = (editable, located)
         key = (tuple(sorted(editable)), failure.error.signature())
         buckets.setdefault(key, []).append(failure)
     groups = []
     for (_, signature), members in buckets.items():
-        editable = editable_files(members[0], project)
+        editable, located = found[members[0].nodeid]
         kernel = _kernel_name(members[0], editable, project)
         gid = group_id(kernel, members[0].error.type, signature, editable)
-        groups.append(BugGroup(gid, kernel, signature, editable, tuple(members)))
+        shown = tuple(item for item in located if item.path in editable)
+        groups.append(BugGroup(gid, kernel, signature, editable, tuple(members), shown))
     return groups
 
 
+def launch_files(launch: KernelLaunch, project: Project, reach: Reach) -> set[str]:
+    """Project files a launch depends on: the kernel's, its jit helpers', its launcher's."""
+    files = set()
+    if project.contains(launch.file):
+        files.add(project.relative(launch.file))
+    if launch.sites and project.contains(launch.sites[0][0]):
+        files.add(project.relative(launch.sites[0][0]))
+    if launch.file and reach.readable(launch.file):
+        for item in reach.locate(seeds_of([], [(launch.file, launch.line, ())])):
+            if item.jit:
+                files.add(item.path)
+    return files
+
+
 def regression_nodeids(
-    group: BugGroup, passed: Iterable[PassedTest], project: Project
+    group: BugGroup, passed: Iterable[PassedTest], project: Project, reach: Reach | None = None
 ) -> tuple[str, ...]:
-    """Tests that passed in the session and launched a kernel from a file the bug may edit."""
+    """Tests that passed in the session and depend on a file the bug may edit: they
+    launched a kernel defined there, launched one from a wrapper there, or launched one
+    whose ``@triton.jit`` helpers live there."""
+    reach = reach or Reach(project)
     editable = set(group.editable)
     chosen = []
+    cache: dict[KernelLaunch, set[str]] = {}
     for test in passed:
-        files = {
-            project.relative(launch.file) for launch in test.launches
-            if project.contains(launch.file)
-        }
+        files: set[str] = set()
+        for launch in test.launches:
+            if launch not in cache:
+                cache[launch] = launch_files(launch, project, reach)
+            files |= cache[launch]
         if files & editable:
             chosen.append(test.nodeid)
     return tuple(chosen)

@@ -8,16 +8,26 @@ sees launches made through ``Autotuner`` and ``Heuristics`` (they call ``fn.run`
 The same records serve three stages: grouping and context in the session, the
 kernel-bypass check in reruns (a fixed test must still launch a kernel), and the GPU
 compile gate, which needs each launch's argument types and constexpr values.
+
+Each record also keeps its *launch sites*: the project frames on the stack when the
+kernel was launched (the wrapper that computed grid, block sizes and strides, and the
+project functions between it and the test). A wrong grid in a wrapper that lives in
+another module than the kernel produces wrong numbers and no traceback frame; the
+launch sites are how that wrapper is found.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 #: Launch options that change how a kernel compiles; recorded when given at launch.
@@ -29,6 +39,13 @@ JSONScalar = int | float | bool | str | None
 #: outputs this way (:mod:`pytest_kernelfix.poison`).
 LaunchHook = Callable[[Any, tuple[Any, ...], dict[str, Any]], "Callable[[], None] | None"]
 
+#: A project frame on the stack at launch time: (absolute file, line, function).
+Site = tuple[str, int, str]
+
+#: Project frames kept per launch stack, and per distinct launch over a test.
+MAX_SITES = 12
+MAX_SITES_PER_LAUNCH = 24
+
 
 @dataclass(frozen=True)
 class KernelLaunch:
@@ -38,6 +55,9 @@ class KernelLaunch:
     ``"constexpr"`` for constexpr parameters (``"*fp32"``, ``"i32"``, ``"fp32"``...);
     ``constexprs`` holds their values; values that are not JSON scalars are kept as
     ``repr`` strings and ``exact`` is False, so the compile gate knows to skip them.
+    ``sites`` are the project frames on the stack at launch, innermost first (see the
+    module docstring); they do not take part in equality, so one kernel launched the
+    same way from two places is one record with the sites of both.
     """
 
     name: str
@@ -47,6 +67,7 @@ class KernelLaunch:
     constexprs: tuple[tuple[str, JSONScalar], ...] = ()
     options: tuple[tuple[str, int], ...] = ()
     exact: bool = True
+    sites: tuple[Site, ...] = field(default=(), compare=False)
 
     @property
     def where(self) -> str:
@@ -61,6 +82,7 @@ class KernelLaunch:
             "constexprs": [list(pair) for pair in self.constexprs],
             "options": [list(pair) for pair in self.options],
             "exact": self.exact,
+            "sites": [list(site) for site in self.sites],
         }
 
     @classmethod
@@ -73,6 +95,7 @@ class KernelLaunch:
             constexprs=tuple((str(k), v) for k, v in data.get("constexprs", ())),
             options=tuple((str(k), int(v)) for k, v in data.get("options", ())),
             exact=bool(data.get("exact", True)),
+            sites=tuple((str(f), int(n), str(name)) for f, n, name in data.get("sites", ())),
         )
 
 
@@ -194,18 +217,35 @@ class LaunchRecorder:
     ``launches()`` returns the distinct launches since the last ``reset()`` in the order
     they first happened; ``count`` counts every launch. ``kernels`` maps each record to
     the live kernel object so that the compile gate can build it for a GPU target.
-    ``on_launch``, when set, runs around every launch (see :data:`LaunchHook`).
+    With a ``root``, each record carries the frames under it that were on the stack
+    (:func:`launch_sites`). ``on_new`` is called with each distinct launch the moment it
+    is first seen, so that a process that crashes in the kernel has already said what
+    it launched. ``on_launch``, when set, runs around every launch (see :data:`LaunchHook`).
     """
 
-    def __init__(self, on_launch: LaunchHook | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        on_new: Callable[[KernelLaunch], None] | None = None,
+        on_launch: LaunchHook | None = None,
+    ) -> None:
         self.on_launch = on_launch
         self.count = 0
         self._records: dict[KernelLaunch, Any] = {}
+        self._sites: dict[KernelLaunch, dict[tuple[Site, ...], None]] = {}
         self._originals: list[tuple[type, Callable[..., Any]]] = []
         self._lock = threading.Lock()
+        self._frames = None if root is None else SiteFilter(root)
+        self.on_new = on_new
 
     def launches(self) -> tuple[KernelLaunch, ...]:
-        return tuple(self._records)
+        with self._lock:
+            return tuple(
+                replace(launch, sites=_merged(self._sites[launch])) if self._sites.get(launch)
+                else launch
+                for launch in self._records
+            )
 
     @property
     def kernels(self) -> dict[KernelLaunch, Any]:
@@ -215,15 +255,26 @@ class LaunchRecorder:
         with self._lock:
             self.count = 0
             self._records = {}
+            self._sites = {}
 
     def _record(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:
             launch = describe_launch(kernel, args, kwargs)
+            sites = () if self._frames is None else self._frames.sites(sys._getframe(2))
         except Exception:  # recording must never break the user's kernel launch
             return
         with self._lock:
             self.count += 1
-            self._records.setdefault(launch, kernel)
+            new = launch not in self._records
+            if new:
+                self._records[launch] = kernel
+            if sites:  # one entry per distinct stack: a loop of launches costs one lookup
+                chains = self._sites.setdefault(launch, {})
+                if len(chains) < MAX_SITES_PER_LAUNCH:
+                    chains[sites] = None
+        if new and self.on_new is not None:
+            with contextlib.suppress(Exception):  # a listener must never break the launch
+                self.on_new(replace(launch, sites=sites) if sites else launch)
 
     def install(self) -> None:
         if self._originals:
@@ -262,6 +313,83 @@ class LaunchRecorder:
             yield self
         finally:
             self.uninstall()
+
+
+_SKIP, _KEEP, _STOP = 0, 1, 2
+
+
+def _merged(chains: dict[tuple[Site, ...], None]) -> tuple[Site, ...]:
+    """The frames of every recorded stack, first seen first, at most MAX_SITES_PER_LAUNCH."""
+    frames: dict[Site, None] = {}
+    for chain in chains:
+        for site in chain:
+            frames[site] = None
+    return tuple(frames)[:MAX_SITES_PER_LAUNCH]
+
+
+class SiteFilter:
+    """Which stack frames are the project's: under ``root``, outside installed packages,
+    virtualenvs and this plugin. Decided once per file name, so a launch costs a walk up
+    the stack and one dict lookup per frame; the walk stops at pytest's own frames (what
+    lies beyond the test function is the test runner)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.prefixes = tuple(dict.fromkeys(
+            os.path.join(path, "") for path in (os.path.abspath(root), os.path.realpath(root))
+        ))
+        self.own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+        self.runner = tuple(
+            os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "")
+            for name in ("_pytest", "pluggy")
+            if (module := sys.modules.get(name)) is not None and module.__file__
+        )
+        self._decided: dict[str, int] = {}
+
+    def keep(self, filename: str) -> bool:
+        return self._verdict(filename) == _KEEP
+
+    def _verdict(self, filename: str) -> int:
+        decided = self._decided.get(filename)
+        if decided is None:
+            decided = self._decided[filename] = self._decide(filename)
+        return decided
+
+    def _decide(self, filename: str) -> int:
+        if self.runner and filename.startswith(self.runner):
+            return _STOP
+        if not filename.endswith(".py") or not filename.startswith(self.prefixes):
+            return _SKIP
+        if filename.startswith(self.own):
+            return _SKIP
+        parts = Path(filename).parts
+        if "site-packages" in parts or "dist-packages" in parts:
+            return _SKIP
+        directory = os.path.dirname(filename)
+        while directory.startswith(self.prefixes) and os.path.join(directory, "") not in (
+            self.prefixes
+        ):
+            if os.path.exists(os.path.join(directory, "pyvenv.cfg")):
+                return _SKIP
+            directory = os.path.dirname(directory)
+        return _KEEP
+
+    def sites(self, frame: Any) -> tuple[Site, ...]:
+        """The project frames from ``frame`` outwards, innermost first, at most MAX_SITES."""
+        found: list[Site] = []
+        decided = self._decided
+        while frame is not None:
+            code = frame.f_code
+            verdict = decided.get(code.co_filename)
+            if verdict is None:
+                verdict = self._verdict(code.co_filename)
+            if verdict == _KEEP:
+                found.append((code.co_filename, frame.f_lineno, code.co_name))
+                if len(found) >= MAX_SITES:
+                    break
+            elif verdict == _STOP:
+                break
+            frame = frame.f_back
+        return tuple(found)
 
 
 def _kernel_classes() -> list[type]:

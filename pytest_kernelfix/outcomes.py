@@ -52,7 +52,12 @@ class RoundRecord:
 
 @dataclass(frozen=True)
 class HealResult:
-    """The end of one bug's heal. ``final`` holds the winning text of changed files."""
+    """The end of one bug's heal. ``final`` holds the winning text of changed files.
+
+    ``prompt_chars`` is the size of the first round's prompt (0 when not measured);
+    ``shown`` says what the model was shown of each editable file (``path`` whole, or
+    ``path:definition`` for each definition of a focused view).
+    """
 
     group_id: str
     status: str
@@ -62,6 +67,8 @@ class HealResult:
     final: Mapping[str, str] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     seconds: float = 0.0
+    prompt_chars: int = 0
+    shown: tuple[str, ...] = ()
 
     @property
     def changed_files(self) -> tuple[str, ...]:

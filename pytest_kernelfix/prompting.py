@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from pytest_kernelfix.context import current_kernel_lines
 from pytest_kernelfix.fixers.base import ProposalRequest
 
 PACKAGE = "pytest_kernelfix.prompts"
@@ -50,6 +51,7 @@ def render_messages(
 def template_variables(request: ProposalRequest) -> dict[str, Any]:
     """What the templates may use; documented here because user templates rely on it."""
     context = request.context
+    files = request.files or context.editable
     return {
         "request": request,
         "context": context,
@@ -58,8 +60,8 @@ def template_variables(request: ProposalRequest) -> dict[str, Any]:
         "nodeids": context.nodeids,
         "error": context.error,
         "error_log": context.error_log,
-        "kernel_lines": context.kernel_lines,
-        "files": request.files or context.editable,
+        "kernel_lines": current_kernel_lines(context, files),
+        "files": files,
         "tests": context.tests,
         "device": context.device,
         "interpreter": context.device != "cuda",
@@ -68,6 +70,12 @@ def template_variables(request: ProposalRequest) -> dict[str, Any]:
         "cumulative_diff": request.cumulative_diff,
         "history": request.history,
     }
+
+
+def prompt_chars(request: ProposalRequest, *, prompts_dir: Path | None = None) -> int:
+    """The size of the prompt ``request`` renders to, in characters (about 4 per token)."""
+    return sum(len(message["content"]) for message in render_messages(
+        request, prompts_dir=prompts_dir))
 
 
 def fence(text: str, language: str = "") -> str:

@@ -8,6 +8,7 @@ Patches are written the way Hypothesis writes its patches: a short header git ig
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from pytest_kernelfix import __version__
 from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.context import CHARS_PER_TOKEN
 from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.grouping import BugGroup
 from pytest_kernelfix.outcomes import HEALED, HealResult
@@ -132,7 +134,15 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
         "changed_files": list(result.changed_files),
         "applied": list(bug.applied),
         "apply_error": bug.apply_error or None,
+        "first_prompt_chars": result.prompt_chars or None,
+        "first_prompt_tokens": prompt_tokens(result.prompt_chars) or None,
+        "shown": list(result.shown),
     }
+
+
+def prompt_tokens(chars: int) -> int:
+    """An estimate of a prompt's tokens from its characters (see context.CHARS_PER_TOKEN)."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
 
 
 def session_json(report: SessionReport) -> dict[str, Any]:
@@ -188,15 +198,18 @@ def session_markdown(report: SessionReport) -> str:
         "",
         "Failing tests stay failed in the test run; healing is reported beside them.",
         "",
-        "| bug | status | tests | rounds | edits | calls | tokens | cost | seconds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| bug | status | tests | rounds | edits | first prompt | calls | tokens | cost | "
+        "seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for bug in report.bugs:
         result = bug.result
         levels = ", ".join(level for round_levels in _levels(result) for level in round_levels)
+        prompt = (f"~{prompt_tokens(result.prompt_chars)} tokens" if result.prompt_chars
+                  else "-")
         lines.append(
             f"| `{bug.group.id}` | {result.status} | {len(bug.group.nodeids)} | "
-            f"{len(result.rounds)} | {levels or '-'} | {result.usage.calls} | "
+            f"{len(result.rounds)} | {levels or '-'} | {prompt} | {result.usage.calls} | "
             f"{result.usage.prompt_tokens + result.usage.completion_tokens} | "
             f"${result.usage.cost:.4f} | {result.seconds:.1f} |"
         )
@@ -208,6 +221,10 @@ def session_markdown(report: SessionReport) -> str:
         lines.append(f"- Error: `{bug.group.first.error.headline[:300]}`")
         lines.append(f"- Tests: {len(bug.group.nodeids)} (first: `{bug.group.nodeids[0]}`)")
         lines.append(f"- Files: {', '.join(f'`{p}`' for p in bug.group.editable) or 'none'}")
+        if result.shown:
+            lines.append(f"- Shown to the model: {', '.join(f'`{s}`' for s in result.shown)}"
+                         + (f" (first prompt {result.prompt_chars} characters)"
+                            if result.prompt_chars else ""))
         lines.append(f"- Outcome: {result.reason}")
         for record in result.rounds:
             edits = ", ".join(e.level for e in record.edits) or "no edits"

@@ -166,7 +166,8 @@ class RerunResult:
 
     Paths under the sandbox are reported as the original paths, so errors, frames and
     launches compare directly with the failing run's. ``running`` is the test that had
-    started but not finished when the process stopped ("" when none).
+    started but not finished when the process stopped ("" when none), and
+    ``running_launches`` the kernels it had launched by then.
     """
 
     outcomes: tuple[TestOutcome, ...]
@@ -178,6 +179,7 @@ class RerunResult:
     collection_errors: tuple[str, ...] = ()
     running: str = ""
     extra: Mapping[str, object] = field(default_factory=dict)
+    running_launches: tuple[KernelLaunch, ...] = ()
 
     def outcome(self, nodeid: str) -> TestOutcome | None:
         return next((o for o in self.outcomes if o.nodeid == nodeid), None)
@@ -509,6 +511,8 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable) -> RerunResult:
         collection_errors=tuple(str(text) for text in data.get("collection_errors", ())),
         running=str(data.get("running") or ""),
         extra=dict(data.get("extra", {})),
+        running_launches=tuple(KernelLaunch.from_json(item)
+                               for item in data.get("running_launches", ())),
     )
 
 
@@ -585,7 +589,8 @@ def _kill_group(pgid: int) -> None:
 
 
 def read_results(path: Path) -> dict[str, Any]:
-    """Fold the agent's event lines into tests, collection errors, extra and ``running``.
+    """Fold the agent's event lines into tests, collection errors, extra, ``running``
+    and the launches ``running`` made.
 
     A line cut short by a crash is skipped; a test that started and never finished is
     the one ``running`` names.
@@ -593,6 +598,7 @@ def read_results(path: Path) -> dict[str, Any]:
     tests: dict[str, Any] = {}
     errors: list[str] = []
     extra: dict[str, Any] = {}
+    launched: dict[str, list[Any]] = {}
     running = ""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -613,8 +619,11 @@ def read_results(path: Path) -> dict[str, Any]:
             errors.append(str(event.get("text", "")))
         elif kind == "extra":
             extra[str(event.get("key"))] = event.get("value")
+        elif kind == "launch" and isinstance(event.get("launch"), dict):
+            launched.setdefault(str(event.get("nodeid", "")), []).append(event["launch"])
     return {"tests": list(tests.values()), "collection_errors": errors, "extra": extra,
-            "running": running}
+            "running": running, "running_launches": launched.get(running, []) if running
+            else []}
 
 
 def _tail(path: Path, size: int) -> str:

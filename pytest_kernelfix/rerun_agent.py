@@ -253,7 +253,12 @@ class RerunAgent:
         sites = integrity.sites if integrity is not None else CodeSites(plan.sandbox_root)
         self.poisoner = Poisoner(plan.poison, sites) if plan.poison else None
         self.observer: Any = None
-        self.recorder = LaunchRecorder(on_launch=self.poisoner)
+        # Each launch is written as it first happens: a kernel that crashes the process
+        # has already said what it launched, and from where.
+        self.recorder = LaunchRecorder(
+            config.rootpath, on_new=self._launched, on_launch=self.poisoner
+        )
+        self._running = ""
         self.kernels: dict[KernelLaunch, object] = {}  # every launch of the run, for the gate
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._errors: dict[tuple[str, str], ErrorInfo] = {}
@@ -264,6 +269,9 @@ class RerunAgent:
     def emit(self, event: str, **data: Any) -> None:
         line = json.dumps({"event": event, **data}, default=repr) + "\n"
         os.write(self._fd, line.encode("utf-8"))
+
+    def _launched(self, launch: KernelLaunch) -> None:
+        self.emit("launch", nodeid=self._running, launch=launch.to_json())
 
     def set_extra(self, key: str, value: Any) -> None:
         """Hand JSON-able data back to the parent (``RerunResult.extra[key]``, last wins)."""
@@ -304,6 +312,7 @@ class RerunAgent:
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.recorder.reset()
         self._reports[nodeid] = []
+        self._running = nodeid
         self.emit("start", nodeid=nodeid)
 
     @pytest.hookimpl(wrapper=True)

@@ -13,19 +13,23 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from filelock import FileLock
 
-from pytest_kernelfix.capture import Failure, PassedTest
+from pytest_kernelfix.capture import Failure, PassedTest, Selection
 from pytest_kernelfix.config import Settings
-from pytest_kernelfix.context import build_context
-from pytest_kernelfix.fixers.base import Fixer
+from pytest_kernelfix.context import build_context, log_roots
+from pytest_kernelfix.crashes import reproduce_crashes
+from pytest_kernelfix.failure import clean_log
+from pytest_kernelfix.fixers.base import Fixer, ProposalRequest
 from pytest_kernelfix.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.heal import heal
+from pytest_kernelfix.need import NeedResolver
 from pytest_kernelfix.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.reach import Reach
 from pytest_kernelfix.report import BugReport, SessionReport, write_patches, write_reports
 from pytest_kernelfix.rerun import RerunSetup, run_tests
 from pytest_kernelfix.rerun_plan import DevicePlan
@@ -122,7 +126,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     started = time.monotonic()
     settings = inputs.settings
     project = inputs.project
-    groups = group_failures(inputs.failures, project)
+    reach = Reach(project)
     results: list[tuple[BugGroup, HealResult]] = []
     exclude = list(settings.sandbox_exclude)
     if settings.report_dir.is_relative_to(project.root):
@@ -130,6 +134,14 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     sandbox: Sandbox | None = None
     progress = stages.progress
     try:
+        if any(failure.crashed for failure in inputs.failures):
+            sandbox = stages.sandbox(project.root, exclude)
+            progress("rerunning the tests that crashed their worker, alone in the sandbox")
+            failures, notes = reproduce_crashes(inputs.failures, inputs.setup, sandbox.root,
+                                                stages.runner, project,
+                                                Selection.of(settings.select))
+            inputs = replace(inputs, failures=failures, notes=inputs.notes + notes)
+        groups = group_failures(inputs.failures, project, reach)
         for index, group in enumerate(groups):
             if index >= settings.max_groups:
                 results.append((group, _skipped(
@@ -142,7 +154,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
                 result = _skipped(group, NO_EDITABLE_SOURCE)
             else:
                 sandbox = sandbox or stages.sandbox(project.root, exclude)
-                result = heal_bug(group, inputs, sandbox, stages)
+                result = heal_bug(group, inputs, sandbox, stages, reach)
             progress(f"  {result.status}: {result.reason}")
             results.append((group, result))
     finally:
@@ -151,11 +163,11 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     return finish(inputs, results, time.monotonic() - started)
 
 
-def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages) -> (
-    HealResult
-):
+def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
+             reach: Reach | None = None) -> HealResult:
     """One bug: baseline and triage, then the round loop, in the shared sandbox."""
     project = inputs.project
+    reach = reach or Reach(project)
     try:
         originals = read_originals(project.root, group.editable)
     except (OSError, UnicodeDecodeError) as error:
@@ -166,7 +178,7 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         sandbox,
         inputs.setup,
         group.nodeids,
-        regression_nodeids(group, inputs.passed, project),
+        regression_nodeids(group, inputs.passed, project, reach),
         launched=[f.nodeid for f in group.failures if f.launches],
         protected=project.protected_files(f.test_path for f in group.failures),
         runner=stages.runner,
@@ -180,12 +192,29 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             edits = ", ".join(e.level for e in record.edits) or "no edits"
             stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
 
+        roots = (*log_roots(project), str(sandbox.root))
+
+        def tidy(text: str) -> str:
+            return clean_log(text, roots)
+
         return heal(
             context, originals, fixer=stages.fixer, verify=verifier,
             rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
+            resolve_need=NeedResolver(project, reach), tidy=tidy,
+            prompt_size=lambda request: first_prompt_chars(request, inputs.settings),
         )
     finally:
         verifier.restore()
+
+
+def first_prompt_chars(request: ProposalRequest, settings: Settings) -> int:
+    """The size of the prompt a model would get for ``request`` (0 if it cannot render)."""
+    from pytest_kernelfix.prompting import PromptError, prompt_chars
+
+    try:
+        return prompt_chars(request, prompts_dir=settings.prompts_dir)
+    except PromptError:
+        return 0
 
 
 def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult) -> (

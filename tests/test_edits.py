@@ -154,6 +154,20 @@ def test_garbage_is_a_parse_error_with_a_format_hint(text: str) -> None:
     assert "SEARCH" in str(info.value) and "old_string" in str(info.value)
 
 
+def test_an_answer_may_ask_for_code_with_or_without_edits() -> None:
+    asking = parse_modifications(
+        '{"analysis": "need the helper", "modifications": [], '
+        '"need": ["ops/act.py:silu", "search: BLOCK_SIZE_N", "", 3]}')
+    assert asking.modifications == () and asking.analysis == "need the helper"
+    assert asking.need == ("ops/act.py:silu", "search: BLOCK_SIZE_N")
+    only = parse_modifications('Let me look first.\n{"need": "ops/act.py:silu"}')
+    assert only.need == ("ops/act.py:silu",) and only.modifications == ()
+    both = parse_modifications(
+        '{"modifications": [{"old_string": "a", "new_string": "b"}], "needs": ["x.py"]}')
+    assert both.modifications == (Modification("a", "b"),) and both.need == ("x.py",)
+    assert parse_modifications('{"modifications": []}').need == ()
+
+
 def test_broken_fenced_json_names_the_position() -> None:
     with pytest.raises(ParseError, match=r"not valid JSON .* line 1"):
         parse_modifications('```json\n{"modifications": [{"old_string": "a" "new_string"}]}\n```')

@@ -96,6 +96,47 @@ def test_regression_set_is_passed_tests_that_launched_an_editable_kernel(project
     assert regression_nodeids(group, passed, Project(project)) == ("t::uses_gelu",)
 
 
+def test_launch_sites_and_reach_make_other_modules_editable(tmp_path: Path) -> None:
+    """A numerics bug: no frame but the test's; the kernel, its jit helper, the wrapper
+    in another package and its block-size helper are all where the fault may be."""
+    files = {
+        "lib/__init__.py": "", "lib/kernels/__init__.py": "", "lib/ops/__init__.py": "",
+        "lib/kernels/act.py": "import triton\n\n\n@triton.jit\ndef silu(x):\n    return x\n",
+        "lib/kernels/k.py": "import triton\nfrom .act import silu\n\n\n@triton.jit\n"
+                            "def k(x_ptr):\n    silu(x_ptr)\n",
+        "lib/utils.py": "def block(n):\n    return n\n",
+        "lib/ops/wrap.py": "from lib.kernels.k import k\nfrom lib.utils import block\n\n\n"
+                           "def run(x):\n    b = block(4)\n    k[(b,)](x)\n",
+        "tests/test_k.py": "def test_k():\n    run(1)\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    test = str(tmp_path / "tests/test_k.py")
+    wrap = str(tmp_path / "lib/ops/wrap.py")
+    launch = KernelLaunch("k", str(tmp_path / "lib/kernels/k.py"), 6,
+                          sites=((wrap, 7, "run"), (test, 2, "test_k")))
+    bug = Failure("tests/test_k.py::test_k", test,
+                  ErrorInfo("AssertionError", "not close", (Frame(test, 2, "test_k"),)),
+                  "log", (launch,))
+    project = Project(tmp_path)
+    (group,) = group_failures([bug], project)
+    assert group.editable == ("lib/kernels/k.py", "lib/ops/wrap.py", "lib/kernels/act.py",
+                              "lib/utils.py")
+    located = [(i.path, i.qualname) for i in group.located]
+    assert located[0] == ("lib/kernels/k.py", "k")  # the launched kernel first
+    assert set(located[1:4]) == {("lib/kernels/act.py", "silu"), ("lib/ops/wrap.py", "run"),
+                                 ("lib/utils.py", "block")}
+    # a passing test whose kernel calls the same jit helper is rerun with every candidate
+    other = KernelLaunch("k2", str(tmp_path / "lib/kernels/k2.py"), 5)
+    (tmp_path / "lib/kernels/k2.py").write_text(
+        "import triton\nfrom .act import silu\n\n\n@triton.jit\ndef k2(x):\n    silu(x)\n")
+    unrelated = KernelLaunch("k3", str(tmp_path / "lib/kernels/k3.py"), 1)
+    (tmp_path / "lib/kernels/k3.py").write_text("def k3():\n    pass\n")
+    passed = [PassedTest("t::shares_the_helper", (other,)), PassedTest("t::other", (unrelated,))]
+    assert regression_nodeids(group, passed, project) == ("t::shares_the_helper",)
+
+
 def test_report_record_round_trips_through_json(project: Path) -> None:
     launch = KernelLaunch("gelu_kernel", str(project / "kernels" / "gelu.py"), 1,
                           (("x", "*fp32"), ("BLOCK", "constexpr")), (("BLOCK", 128),))

@@ -244,3 +244,109 @@ def test_a_hook_answer_string_is_read_like_a_model_answer() -> None:
     unreadable = as_proposal("I would rather not.", "hook")
     assert unreadable.modifications == () and "No edits were found" in unreadable.parse_error
     assert "answer too large" in as_proposal("x" * 1_000_001, "hook").parse_error
+
+
+def test_a_stale_quote_of_the_original_starts_over_from_the_original() -> None:
+    """Round 2 quotes the line the error showed (the original), not the current one."""
+    fixer = Scripted(
+        edits(("        out.append(v + factor)\n", "        total = v + factor\n"
+               "        out.append(total)\n")),
+        edits(("out.append(v + factor)", "out.append(v * factor)")),  # stale: the original
+    )
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == HEALED and len(result.rounds) == 2
+    assert result.rounds[1].outcome.startswith("applied to the original text: ")
+    assert "total" not in seen[1]["ops/scale.py"]  # the round-1 change was dropped
+    assert "-        out.append(v + factor)\n+        out.append(v * factor)" in result.patch
+
+
+def test_an_answer_matching_neither_text_is_still_refused() -> None:
+    fixer = Scripted(
+        edits(("        out.append(v + factor)\n", "        total = v + factor\n"
+               "        out.append(total)\n")),
+        edits(("out.append(v + factor)", "out.append(v * factor)"),
+              ("return nothing", "return out")),  # the second edit matches no text at all
+    )
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == UNHEALED and len(seen) == 1
+    assert [e.level for e in result.rounds[1].edits] == ["none", "none"]
+
+
+def test_a_declining_answer_is_reported_with_its_analysis() -> None:
+    declined = Proposal((), raw='{"modifications": []}', analysis="The kernel looks right.")
+    fixer = Scripted(declined, edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == HEALED
+    assert result.rounds[0].outcome == "the model proposed no edit: The kernel looks right."
+    assert "proposed no edit" in fixer.requests[1].feedback and '"need"' in (
+        fixer.requests[1].feedback)
+
+
+def test_two_identical_answers_in_a_row_end_the_bug() -> None:
+    declined = Proposal((), raw='{"modifications": []}', analysis="Nothing to fix.")
+    fixer = Scripted(declined, declined, edits(("out.append(v + factor)", "out.append(v)")))
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == UNHEALED and len(result.rounds) == 2 and seen == []
+    assert result.reason.startswith("the model gave the same answer twice in a row (rounds 1 "
+                                    "and 2)")
+    assert len(fixer.answers) == 1  # round 3 was never asked for
+
+
+def test_a_request_for_code_is_served_next_round() -> None:
+    from pytest_kernelfix.need import NeedAnswer
+
+    asked: list[tuple[str, ...]] = []
+
+    def resolve(items, current, focus):  # type: ignore[no-untyped-def]
+        asked.append(tuple(items))
+        return NeedAnswer(files={"ops/offset.py": HELPER}, found=("ops/offset.py:offset",),
+                          missing=("'search: NOPE': nothing in the project",))
+
+    ask = Proposal((), raw='{"need": ["ops/offset.py:offset"]}', analysis="show me offset",
+                   need=("ops/offset.py:offset", "search: NOPE"))
+    fixer = Scripted(ask, edits(("return [v - 1 for v in values]", "return [v - 2 for v in "
+                                 "values]"), file="ops/offset.py"),
+                     edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3,
+                  resolve_need=resolve)
+    assert asked == [("ops/offset.py:offset", "search: NOPE")]
+    assert result.rounds[0].outcome.startswith("asked for more code: ops/offset.py:offset")
+    second = fixer.requests[1]
+    assert [f.path for f in second.files] == ["ops/scale.py", "ops/offset.py"]
+    assert [f.path for f in second.context.editable] == ["ops/scale.py", "ops/offset.py"]
+    assert "Added to the files shown above" in second.feedback and "Not added" in (
+        second.feedback)
+    assert result.status == HEALED and "ops/offset.py" in result.original
+    assert "v - 2" in seen[0]["ops/offset.py"]  # the requested file became editable
+
+
+def test_the_first_prompt_is_measured_and_feedback_tidied() -> None:
+    fixer = Scripted(edits(("out.append(v + factor)", "out.append(v - factor)")),
+                     edits(("out.append(v - factor)", "out.append(v * factor)")))
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2,
+                  prompt_size=lambda request: 1000 + request.round,
+                  tidy=lambda text: text.replace("assert", "ASSERT"))
+    assert result.prompt_chars == 1001
+    assert "ASSERT [-1, 0] == [2, 4]" in fixer.requests[1].feedback
+    assert result.shown == ("ops/scale.py",)
+
+
+def test_the_model_is_told_when_its_quotes_were_the_original_text() -> None:
+    fixer = Scripted(
+        edits(("        out.append(v + factor)\n", "        total = v + factor\n"
+               "        out.append(total)\n")),
+        edits(("out.append(v + factor)", "out.append(v - factor)")),  # stale, still wrong
+        edits(("out.append(v - factor)", "out.append(v * factor)")),
+    )
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == HEALED
+    third = fixer.requests[2]
+    assert "quoted the original text, not the current files" in third.feedback
+    assert "total" not in third.files[0].text and "v - factor" in third.files[0].text

@@ -156,10 +156,9 @@ def test_a_malformed_response_body_is_an_api_failure(fake_llm: FakeLLM) -> None:
         (empty(), "The answer was empty"),
         (Reply(None), "The answer was empty"),
         (answer("I think the kernel is fine."), "No edits were found"),
-        (answer('{"analysis": "nothing to do", "modifications": []}'), "no modifications"),
         (huge(MAX_ANSWER_CHARS + 1), "answer too large"),
     ],
-    ids=["empty", "null-content", "prose", "no-edits", "huge"],
+    ids=["empty", "null-content", "prose", "huge"],
 )
 def test_unreadable_answers_become_parse_errors(
     fake_llm: FakeLLM, reply: Reply, expected: str
@@ -170,6 +169,18 @@ def test_unreadable_answers_become_parse_errors(
     assert proposal.modifications == ()
     assert proposal.raw == (reply.content or "")
     assert proposal.usage.calls == 1
+
+
+def test_an_answer_without_edits_or_request_is_read_as_declining(fake_llm: FakeLLM) -> None:
+    """A well-formed answer with no edits is the model's word, not an unreadable answer."""
+    text = '{"analysis": "nothing to do", "modifications": []}'
+    fake_llm.script(answer(text))
+    proposal = fixer_for(fake_llm).propose(sample_request())
+    assert proposal.declined and proposal.parse_error == ""
+    assert proposal.analysis == "nothing to do" and proposal.raw == text
+    fake_llm.script(answer('{"modifications": [], "need": ["search: BLOCK_SIZE_N"]}'))
+    asking = fixer_for(fake_llm).propose(sample_request())
+    assert asking.need == ("search: BLOCK_SIZE_N",) and not asking.declined
 
 
 def test_cost_comes_from_litellm_prices_for_known_models(fake_llm: FakeLLM) -> None:

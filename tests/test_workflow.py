@@ -8,6 +8,7 @@ subprocess reruns are proven in test_rerun.py and the session tests.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,27 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
         ((*NODEIDS, REGRESSION), "")] * 3 + [(NODEIDS, "nan")]
     assert "sensitivity not measured" in bug.result.rounds[-1].outcome
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
+
+
+def test_the_report_says_what_the_model_was_shown_and_the_first_prompt_size(
+    root: Path,
+) -> None:
+    from importlib import resources
+
+    import jsonschema
+
+    run_healing(inputs(root), Stages(fixer=Answers(fix()), runner=FakeRunner()))
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    schema = json.loads(resources.files("pytest_kernelfix").joinpath(
+        "report.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    (bug,) = data["bugs"]
+    assert bug["shown"] == ["kernels/ops.py"]
+    assert 3_000 < bug["first_prompt_chars"] < 22_000
+    assert bug["first_prompt_tokens"] == math.ceil(bug["first_prompt_chars"] / 3.7)
+    markdown = (root / ".kernelfix" / "report.md").read_text()
+    assert f"~{bug['first_prompt_tokens']} tokens" in markdown
+    assert "Shown to the model: `kernels/ops.py`" in markdown
 
 
 def test_session_notes_reach_report_json_and_report_md(root: Path) -> None:

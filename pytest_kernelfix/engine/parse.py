@@ -36,10 +36,14 @@ class Modification:
 
 @dataclass(frozen=True)
 class ParsedResponse:
+    """An answer's edits, its prose, and ``need``: code the model asks to see next round
+    (``"ops/act.py:silu"``, ``"search: BLOCK_SIZE_N"``)."""
+
     analysis: str
     modifications: tuple[Modification, ...]
     summary: str
     raw: str
+    need: tuple[str, ...] = ()
 
 
 class ParseError(ValueError):
@@ -57,6 +61,7 @@ _OLD_KEYS = ("old_string", "old", "search", "original")
 _NEW_KEYS = ("new_string", "new", "replace", "replacement", "patched")
 _FILE_KEYS = ("file", "path", "file_path", "filename")
 _LIST_KEYS = ("modifications", "edits", "changes")
+_NEED_KEYS = ("need", "needs")
 
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
@@ -181,10 +186,13 @@ def _from_json_value(value: Any, raw: str) -> ParsedResponse | None:
     """A ParsedResponse when the value has the shape of edits, else None."""
     if isinstance(value, Mapping):
         key = next((key for key in _LIST_KEYS if key in value), None)
+        need = _need(_pick(value, _NEED_KEYS))
         if key is not None:
             items = value[key] if value[key] is not None else []
         elif _pick(value, _OLD_KEYS) is not None:
             items = [value]
+        elif need:  # a request for more code, no edits yet
+            items = []
         else:
             return None
         if isinstance(items, str):  # a list the model encoded as a JSON string
@@ -199,12 +207,23 @@ def _from_json_value(value: Any, raw: str) -> ParsedResponse | None:
             modifications=_modifications(items),
             summary=_text_field(value.get("summary")),
             raw=raw,
+            need=need,
         )
     if isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
         if not any(_pick(item, _OLD_KEYS) is not None for item in value):
             return None
         return ParsedResponse(analysis="", modifications=_modifications(value), summary="", raw=raw)
     return None
+
+
+def _need(value: Any) -> tuple[str, ...]:
+    """``need`` as a tuple of non-empty strings (one string or a list of them)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return ()
+    return tuple(dict.fromkeys(item.strip() for item in value
+                               if isinstance(item, str) and item.strip()))
 
 
 def _modifications(items: list[Any]) -> tuple[Modification, ...]:

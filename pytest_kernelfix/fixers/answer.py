@@ -27,8 +27,6 @@ def read_answer(raw: str, *, usage: Usage, source: str) -> Proposal:
         return Proposal((), raw, parse_error=str(exc) or "The answer could not be read.",
                         usage=usage, source=source)
     analysis = parsed.analysis or parsed.summary
-    if not parsed.modifications:
-        error = "The answer proposed no modifications; the failing test needs at least one edit."
-        return Proposal((), raw, analysis, parse_error=f"{error} {FORMAT_HINT}", usage=usage,
-                        source=source)
-    return Proposal(parsed.modifications, raw, analysis, usage=usage, source=source)
+    # No edits and no request is the model declining: reported as such, not as unreadable.
+    return Proposal(parsed.modifications, raw, analysis, usage=usage, source=source,
+                    need=parsed.need)

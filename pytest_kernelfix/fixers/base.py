@@ -66,7 +66,9 @@ class Proposal:
     """A fixer's answer for one round.
 
     ``parse_error`` is set (and ``modifications`` empty) when the answer could not be
-    read; the loop feeds that message back to the model next round.
+    read; the loop feeds that message back to the model next round. ``need`` is code the
+    model asks to see next round. An answer with neither edits nor a request, that was
+    read, is the model declining (:attr:`declined`).
     """
 
     modifications: tuple[Modification, ...]
@@ -75,6 +77,11 @@ class Proposal:
     parse_error: str = ""
     usage: Usage = field(default_factory=Usage)
     source: str = ""
+    need: tuple[str, ...] = ()
+
+    @property
+    def declined(self) -> bool:
+        return not (self.modifications or self.need or self.parse_error)
 
 
 class FixerError(Exception):

@@ -16,7 +16,8 @@ def as_proposal(answer: Any, source: str) -> Proposal:
     if isinstance(answer, Proposal):
         return answer
     if isinstance(answer, ParsedResponse):
-        return Proposal(answer.modifications, answer.raw, answer.analysis, source=source)
+        return Proposal(answer.modifications, answer.raw, answer.analysis, source=source,
+                        need=answer.need)
     if isinstance(answer, str):
         return read_answer(answer, usage=Usage(), source=source)
     if isinstance(answer, Sequence) and all(isinstance(m, Modification) for m in answer):

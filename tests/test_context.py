@@ -1,0 +1,180 @@
+"""What the model is shown: a clean error log, focused views of long modules, a budget.
+
+The log in ``logs/interpreter_wrapped.txt`` is pytest's own output for a kernel that
+calls ``tl.tanh`` under the interpreter, recorded with the plugin installed (its launch
+wrapper is in the traceback) and with machine paths replaced by ``/home/dev/proj``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from pytest_kernelfix.capture import Failure
+from pytest_kernelfix.context import (
+    PROMPT_BUDGET,
+    BugContext,
+    SourceFile,
+    build_context,
+    current_kernel_lines,
+    map_line,
+    render_source,
+)
+from pytest_kernelfix.engine.files import apply_proposal
+from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.failure import ErrorInfo, Frame, clean_log
+from pytest_kernelfix.fixers.base import ProposalRequest
+from pytest_kernelfix.grouping import group_failures
+from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.project import Project
+from pytest_kernelfix.prompting import prompt_chars, render_messages
+
+LOG = (Path(__file__).parent / "logs" / "interpreter_wrapped.txt").read_text()
+ROOT = "/home/dev/proj"
+PLUGIN = f"{ROOT}/.venv/lib/python3.11/site-packages/pytest_kernelfix"
+
+
+def test_the_log_keeps_one_copy_of_the_wrapped_traceback_without_machinery() -> None:
+    absolute = LOG.replace("\nkernels/ops.py:19: in scale", f"\n{ROOT}/kernels/ops.py:19: in scale")
+    cleaned = clean_log(absolute, [ROOT])
+    assert LOG.count("def __call__(self, *args_dev, **kwargs):") == 2  # the raw log repeats it
+    assert "def __call__" not in cleaned and "interpreter.py" not in cleaned
+    assert "launches.py" not in cleaned and "pytest_kernelfix" not in cleaned
+    assert "jit.py" not in cleaned and ROOT not in cleaned
+    assert cleaned.count("E       AttributeError: module 'triton.language' has no attribute "
+                         "'tanh'") == 1
+    assert ">       y = x * factor + tl.tanh(x) * 0" in cleaned
+    assert "kernels/ops.py:12: AttributeError" in cleaned
+    assert "kernels/ops.py:19: in scale" in cleaned  # the wrapper frame, relative
+    assert "tests/test_ops.py:10:" in cleaned
+    assert "The above exception was the direct cause of the following exception:" in cleaned
+    assert cleaned.rstrip().endswith("InterpreterError: AttributeError(\"module "
+                                     "'triton.language' has no attribute 'tanh'\")")
+    assert len(cleaned) < len(LOG) / 2
+
+
+def test_native_tracebacks_and_site_packages_paths_are_cleaned_too() -> None:
+    native = textwrap.dedent(f"""\
+        Traceback (most recent call last):
+          File "{ROOT}/tests/test_x.py", line 3, in test_x
+            scale(x)
+          File "{PLUGIN}/launches.py", line 9, in run
+            return original(kernel, *args, **kwargs)
+          File "/usr/lib/python3/site-packages/triton/runtime/interpreter.py", line 1, in run
+            return GridExecutor(...)
+          File "{ROOT}/kernels/ops.py", line 12, in scale_kernel
+            y = tl.tanh(x)
+        AttributeError: no tanh
+        compiling /usr/lib/python3/site-packages/torch/_tensor.py
+        """)
+    cleaned = clean_log(native, [ROOT])
+    assert 'File "tests/test_x.py", line 3' in cleaned
+    assert 'File "kernels/ops.py", line 12' in cleaned
+    assert "launches.py" not in cleaned and "GridExecutor" not in cleaned
+    assert "compiling site-packages/torch/_tensor.py" in cleaned
+
+
+def _module(functions: int, body_lines: int = 4) -> str:
+    parts = ["import triton", "import triton.language as tl", "", "BLOCK_N = 128", ""]
+    for i in range(functions):
+        parts += ["", "@triton.jit", f"def helper_{i}(x):"]
+        parts += [f"    x = x + {j}  # step {j} of helper {i}" for j in range(body_lines)]
+        parts += ["    return x", ""]
+    parts += ["", "@triton.jit", "def the_kernel(x_ptr, n, BLOCK: tl.constexpr):",
+              "    offs = tl.arange(0, BLOCK_N)",
+              "    x = tl.load(x_ptr + offs, mask=offs < n)",
+              "    tl.store(x_ptr + offs, helper_3(x) * 2, mask=offs < n)", ""]
+    return "\n".join(parts)
+
+
+def test_a_long_module_is_shown_focused_with_line_numbers_and_an_outline() -> None:
+    text = _module(40)
+    view = render_source("kernels/big.py", text, ["the_kernel", "helper_3"])
+    assert view.focused and view.shown == ("the_kernel", "helper_3")
+    kernel_line = text.splitlines().index("def the_kernel(x_ptr, n, BLOCK: tl.constexpr):") + 1
+    assert f"-{kernel_line + 3} ---" in view.content  # the span header ends at its last line
+    assert "def the_kernel" in view.content and "def helper_3(x):" in view.content
+    assert "BLOCK_N = 128" in view.content  # the constant the kernel reads
+    assert "import triton.language as tl" in view.content
+    assert "def helper_7(x):" not in view.content
+    assert any(line.endswith("@triton.jit def helper_7(x)") for line in view.outline)
+    assert len(view.content) < len(text) / 5
+    # edits still apply to the whole file, also where the view does not show it
+    edit = Modification("    x = x + 2  # step 2 of helper 7",
+                        "    x = x - 2  # step 2 of helper 7")
+    applied = apply_proposal([edit], {"kernels/big.py": text})
+    assert applied.errors == () and "x = x - 2  # step 2 of helper 7" in applied.files[
+        "kernels/big.py"]
+
+
+def _project(root: Path, functions: int) -> tuple[Project, Failure]:
+    (root / "kernels").mkdir()
+    (root / "kernels" / "big.py").write_text(_module(functions, body_lines=12))
+    (root / "tests").mkdir()
+    test = root / "tests" / "test_big.py"
+    test.write_text("def test_big():\n    run_it()\n" + "\n".join(
+        f"\n\ndef test_other_{i}():\n    assert True  # filler line {i}" for i in range(400)))
+    text = (root / "kernels" / "big.py").read_text()
+    kernel_line = text.splitlines().index("def the_kernel(x_ptr, n, BLOCK: tl.constexpr):") + 1
+    launch = KernelLaunch("the_kernel", str(root / "kernels" / "big.py"), kernel_line)
+    error = ErrorInfo("AssertionError", "Tensor-likes are not close!",
+                      (Frame(str(test), 2, "test_big", "run_it()"),))
+    failure = Failure("tests/test_big.py::test_big", str(test), error,
+                      "E   AssertionError: Tensor-likes are not close!\n" * 400, (launch,))
+    return Project(root), failure
+
+
+def test_the_first_prompt_stays_under_the_budget_whatever_the_module_size(tmp_path: Path) -> None:
+    project, failure = _project(tmp_path, functions=250)
+    assert len((tmp_path / "kernels" / "big.py").read_text()) > 100_000
+    (group,) = group_failures([failure], project)
+    context = build_context(group, project, device="interpret")
+    request = ProposalRequest(context, 1, context.editable)
+    size = prompt_chars(request)
+    assert size < PROMPT_BUDGET, size
+    (big,) = context.editable
+    assert big.focused and big.shown[0] == "the_kernel" and "helper_3" in big.shown
+    user = render_messages(request)[1]["content"]
+    assert "def the_kernel" in user and "def helper_3(x):" in user
+    assert "Not shown above" in user and "kernels/big.py:NAME" in user
+    assert context.tests[0].focused and "def test_big():" in context.tests[0].content
+    assert "test_other_300" not in context.tests[0].content
+
+
+def test_a_short_module_is_shown_whole_byte_for_byte(tmp_path: Path) -> None:
+    project, failure = _project(tmp_path, functions=2)
+    (group,) = group_failures([failure], project)
+    (source,) = build_context(group, project, device="interpret").editable
+    assert not source.focused
+    assert source.content == (tmp_path / "kernels" / "big.py").read_text()
+
+
+def test_later_rounds_show_the_current_kernel_lines() -> None:
+    before = "a = 1\nb = 2\ny = tl.tanh(x)\nz = 3\n"
+    after = "a = 1\nb = 2\nt = 1\ny = 2 * tl.sigmoid(2 * x) - 1\nz = 3\n"
+    assert map_line(before, after, 4) == (5, False)
+    assert map_line(before, after, 3)[1] is True
+    frame = Frame("kernels/k.py", 3, "k", "y = tl.tanh(x)")
+    context = BugContext("g", ("t::t",), ErrorInfo("E", "m"), "log",
+                         (SourceFile("kernels/k.py", before),),
+                         kernel_lines=("kernels/k.py:3 in k: y = tl.tanh(x)",),
+                         kernel_frames=(frame,))
+    assert current_kernel_lines(context, context.editable) == context.kernel_lines
+    (line,) = current_kernel_lines(context, (SourceFile("kernels/k.py", after),))
+    assert "tl.tanh" not in line and "2 * tl.sigmoid(2 * x) - 1" in line
+    assert "(changed by an earlier round)" in line
+
+
+def test_a_kernel_longer_than_the_budget_is_cut_and_still_fits(tmp_path: Path) -> None:
+    project, failure = _project(tmp_path, functions=2)
+    body = "".join(f"    x = x + {i}  # a long kernel, line {i}\n" for i in range(1500))
+    text = (tmp_path / "kernels" / "big.py").read_text().replace(
+        "    offs = tl.arange(0, BLOCK_N)\n", "    offs = tl.arange(0, BLOCK_N)\n" + body)
+    (tmp_path / "kernels" / "big.py").write_text(text)
+    (group,) = group_failures([failure], project)
+    context = build_context(group, project, device="interpret")
+    assert prompt_chars(ProposalRequest(context, 1, context.editable)) < PROMPT_BUDGET
+    (big,) = context.editable
+    assert big.shown == ("the_kernel",) and "def the_kernel(" in big.content
+    assert "line 1499" not in big.content  # the tail of the kernel is cut
+    assert any("def the_kernel" in line for line in big.outline)  # and said so

@@ -1,0 +1,234 @@
+"""Whole sessions on a project split the way real Triton libraries are, with tests that
+mark nothing ``kernel``: a jit helper module, a kernel module (long enough to be shown
+focused), and a wrapper module in another package. A bug in each module heals through
+a conftest fixer that can only fix what the prompt shows it. And a kernel that crashes
+its xdist worker heals too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kernel_project import git_apply_check, git_init, report_of
+
+HELPERS = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def silu(x):
+    return x * tl.sigmoid(x)
+
+
+@triton.jit
+def relu(x):
+    return tl.maximum(x, 0.0)
+'''
+
+FILLER = "".join(
+    f"\n\n@triton.jit\ndef unrelated_{i}(x):\n    y = x * {i}\n    return y + {i}\n"
+    for i in range(30)
+)
+
+KERNELS = '''\
+import triton
+import triton.language as tl
+
+from .helpers import silu
+''' + FILLER + '''
+
+@triton.jit
+def gated_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(c_ptr + offs, silu(a) * b, mask=mask)
+'''
+
+WRAPPER = '''\
+import torch
+import triton
+
+from kernels.gated import gated_kernel
+
+
+def block_for(n):
+    return 64
+
+
+def gated(a, b):
+    c = torch.empty_like(a)
+    n = a.numel()
+    BLOCK = block_for(n)
+    grid = (triton.cdiv(n, BLOCK),)
+    gated_kernel[grid](a, b, c, n, BLOCK=BLOCK)
+    return c
+'''
+
+TESTS = '''\
+import pytest
+import torch
+
+from ops.gated import gated
+
+
+@pytest.mark.parametrize("n", [100, 256])
+def test_gated(n):
+    a = torch.linspace(-3, 3, n)
+    b = torch.linspace(1, 2, n)
+    torch.testing.assert_close(gated(a, b), torch.nn.functional.silu(a) * b)
+'''
+
+#: The fixer answers only when the faulty line is in what it was shown.
+CONFTEST = '''\
+import json
+import os
+
+from pytest_kernelfix.prompting import render_messages
+
+BUG = json.loads(os.environ["KERNELFIX_TEST_BUG"])
+
+
+def pytest_kernelfix_propose(request, config):
+    shown = "\\n".join(message["content"] for message in render_messages(request))
+    if BUG["bad"].strip() in shown:
+        return json.dumps({"analysis": "found it", "modifications": [
+            {"file": BUG["file"], "old_string": BUG["bad"], "new_string": BUG["good"]}]})
+    return json.dumps({"analysis": "the faulty code is not shown", "modifications": []})
+'''
+
+INI = "[pytest]\npythonpath = .\n"
+
+#: (module, good line, bad line): a numerics bug in the kernel, in the helper imported
+#: from another module (no traceback frame there), a wrong grid in the wrapper.
+BUGS = {
+    "kernel": ("kernels/gated.py", "    tl.store(c_ptr + offs, silu(a) * b, mask=mask)",
+               "    tl.store(c_ptr + offs, silu(a) + b, mask=mask)"),
+    "helper": ("kernels/helpers.py", "    return x * tl.sigmoid(x)",
+               "    return x * tl.sigmoid(x) * 0.5"),
+    "wrapper": ("ops/gated.py", "    grid = (triton.cdiv(n, BLOCK),)",
+                "    grid = (n // BLOCK,)"),
+}
+
+
+def make_split_project(root: Path, bug: str) -> str:
+    files = {
+        "kernels/__init__.py": "", "kernels/helpers.py": HELPERS, "kernels/gated.py": KERNELS,
+        "ops/__init__.py": "", "ops/gated.py": WRAPPER, "tests/test_gated.py": TESTS,
+        "conftest.py": CONFTEST, "pytest.ini": INI,
+    }
+    path, good, bad = BUGS[bug]
+    assert good in files[path]
+    files[path] = files[path].replace(good, bad)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return json.dumps({"file": path, "bad": bad, "good": good})
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_a_bug_in_each_module_heals_in_an_unmarked_suite(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, bug: str
+) -> None:
+    monkeypatch.setenv("KERNELFIX_TEST_BUG", make_split_project(pytester.path, bug))
+    git_init(pytester.path)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelfix", "--kernelfix-select=launched",
+        "--kernelfix-rounds=2")
+    failed = 1 if bug == "wrapper" else 2  # n=256 fills whole blocks: the grid bug hides
+    result.assert_outcomes(failed=failed, passed=2 - failed)
+    (report,) = report_of(pytester.path)["bugs"]
+    assert report["status"] == "healed", (report["reason"], report["round_details"])
+    path = BUGS[bug][0]
+    assert report["changed_files"] == [path] and report["rounds"] == 1
+    assert report["first_prompt_chars"] < 22_000
+    shown = report["shown"]
+    assert "kernels/gated.py:gated_kernel" in shown  # 200 lines: shown focused
+    assert "kernels/helpers.py" in shown and "ops/gated.py" in shown
+    patch = pytester.path / ".kernelfix" / report["patch"]
+    assert git_apply_check(pytester.path, patch).returncode == 0
+
+
+def test_an_unmarked_suite_is_left_alone_by_default(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELFIX_TEST_BUG", make_split_project(pytester.path, "kernel"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix")
+    result.assert_outcomes(failed=2)
+    assert "kernelfix: healing" not in result.stdout.str()
+    assert not (pytester.path / ".kernelfix").exists()
+
+
+CRASHING = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    tl.store(y_ptr + offsets * 1000000007, x * 2)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+    return y
+'''
+
+CRASH_TESTS = '''\
+import pytest
+import torch
+
+from kernels.ops import scale
+
+
+@pytest.mark.kernel
+def test_scale():
+    x = torch.arange(100, dtype=torch.float32)
+    torch.testing.assert_close(scale(x), x * 2)
+
+
+def test_unrelated():
+    assert True
+'''
+
+
+def test_a_kernel_that_crashes_its_xdist_worker_is_healed(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    (pytester.path / "kernels").mkdir()
+    (pytester.path / "kernels" / "__init__.py").write_text("")
+    (pytester.path / "kernels" / "ops.py").write_text(CRASHING)
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_ops.py").write_text(CRASH_TESTS)
+    (pytester.path / "pytest.ini").write_text(INI)
+    fix = {"analysis": "unmasked store far out of bounds", "modifications": [{
+        "file": "kernels/ops.py",
+        "old_string": "    tl.store(y_ptr + offsets * 1000000007, x * 2)",
+        "new_string": "    tl.store(y_ptr + offsets, x * 2, mask=offsets < n)"}]}
+    tape = pytester.path / "tape.jsonl"
+    tape.write_text(json.dumps({"response": json.dumps(fix)}) + "\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "xdist", "-n", "1", "--kernelfix",
+        f"--kernelfix-model=replay:{tape}")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*crashed while running*tests/test_ops.py::test_scale*"])
+    (report,) = report_of(pytester.path)["bugs"]
+    assert report["status"] == "healed", (report["reason"], report["round_details"])
+    assert report["error"].startswith("SIGSEGV: The test process died with SIGSEGV")
+    assert report["kernel"] == "scale_kernel" and report["changed_files"] == ["kernels/ops.py"]
+
+
+def test_without_xdist_the_header_says_how_to_heal_crashes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("--kernelfix", "--kernelfix-device=interpret",
+                                           "--co", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["kernelfix: a kernel that crashes the test process*"
+                                 "(-n 1, or -p xdist -n 1)*"])
