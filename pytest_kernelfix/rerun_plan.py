@@ -24,6 +24,9 @@ from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enab
 PLAN_VERSION = 1
 #: Names the plan file in a rerun child; its presence also keeps the plugin out of it.
 PLAN_ENV = "KERNELFIX_RERUN_PLAN"
+#: The session's wall clock (``time.time()``) when it launched a rerun child: the child
+#: reports its phases as seconds since then (``RerunResult.extra["phases"]``).
+LAUNCHED_ENV = "KERNELFIX_RERUN_LAUNCHED"
 
 
 class PlanError(ValueError):
