@@ -8,6 +8,7 @@ summary. It never changes a test outcome or the exit status.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,14 +35,20 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
     from pytest_kernelfix.rerun import RerunSetup, carried_args
     from pytest_kernelfix.rerun_plan import device_plan
 
+    cache_dir = settings.report_dir / "cache"
+    env = {}
+    if device == "cuda":  # candidates share compiled kernels; never the user's ~/.triton
+        env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
     return RerunSetup(
         original_root=settings.rootdir,
         timeout=settings.timeout,
         device=device_plan(device=device, cuda_shim=settings.cuda_shim,
-                           target=settings.target, cache_dir=settings.report_dir / "cache"),
+                           target=settings.target, cache_dir=cache_dir),
         addopts=tuple(config.getini("addopts")),
         inifile=config.inipath,
         extra_args=carried_args(config.invocation_params.args),
+        env=env,
+        mode=settings.rerun,
     )
 
 
@@ -64,8 +71,11 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
     except (ValueError, OSError, FixerError) as error:
         configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
 
+    lock = threading.Lock()
+
     def ask(request: Any) -> Any:
-        return config.hook.pytest_kernelfix_propose(request=request, config=config)
+        with lock:  # bugs heal in threads; a conftest hook need not be thread-safe
+            return config.hook.pytest_kernelfix_propose(request=request, config=config)
 
     return HookFixer(ask, configured)
 
