@@ -119,8 +119,13 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
     assert (root / ".kernelfix" / bug.patch_file).read_text().endswith(
         f"-{BUG}+{FIX}     return y\n")
     assert (root / "kernels" / "ops.py").read_text() == KERNEL  # report mode writes no tree
-    # baseline first (failing tests + the regression set), then one run per candidate
-    assert [spec.nodeids for spec in runner.specs] == [(*NODEIDS, REGRESSION)] * 3
+    # baseline first (failing tests + the regression set), then per candidate the failing
+    # tests, stopping at the first that still fails, and the regression set once they pass
+    assert [(spec.nodeids, spec.stop_early) for spec in runner.specs] == [
+        ((*NODEIDS, REGRESSION), False),
+        (NODEIDS, True),  # round 1: still failing, the regression set is not run
+        (NODEIDS, True), ((REGRESSION,), False),  # round 2: both reruns
+    ]
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
 
 
