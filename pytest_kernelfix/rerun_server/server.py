@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.rerun_server.child import child_main
@@ -50,8 +51,9 @@ def fork_hazard() -> str:
     """Why forking this process now would be unsafe ("" when it is safe).
 
     Native threads of libraries that handle fork themselves (OpenBLAS registers
-    ``pthread_atfork`` handlers) are no hazard; a Python thread, a CUDA context or an
-    initialised Triton driver is.
+    ``pthread_atfork`` handlers) are no hazard; a Python thread, CUDA initialised by
+    torch or by anything else (the driver itself is asked), or an initialised Triton
+    driver is.
     """
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if others:
@@ -60,10 +62,41 @@ def fork_hazard() -> str:
     with contextlib.suppress(Exception):
         if cuda is not None and cuda.is_initialized():
             return "CUDA is initialised in the rerun server; forking it is unsafe"
+    if cuda_driver_initialised():
+        return "the CUDA driver is initialised in the rerun server; forking it is unsafe"
     holder = getattr(sys.modules.get("triton.runtime.driver"), "driver", None)
     if holder is not None and getattr(holder, "_active", None) is not None:
         return "the Triton driver is initialised in the rerun server; forking it is unsafe"
     return ""
+
+
+#: What ``cuDeviceGetCount`` answers before ``cuInit`` (CUDA_ERROR_NOT_INITIALIZED).
+_CUDA_NOT_INITIALIZED = 3
+
+
+def cuda_driver_initialised() -> bool:
+    """Whether this process called ``cuInit``, asked without initialising anything.
+
+    Importing torch may load ``libcuda`` without initialising it; only a loaded driver is
+    asked (``RTLD_NOLOAD``), and ``cuDeviceGetCount`` fails with "not initialised"
+    until ``cuInit`` ran.
+    """
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    loaded = next((line.split()[-1] for line in maps.splitlines()
+                   if "/libcuda.so" in line), "")
+    if not loaded:
+        return False
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL(loaded, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return int(driver.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_NOT_INITIALIZED
 
 
 @dataclass
