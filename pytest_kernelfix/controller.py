@@ -94,6 +94,7 @@ class HealingController:
         self.report: SessionReport | None = None
         self.error = ""
         self._progress_shown = False
+        self._warmed = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -103,8 +104,21 @@ class HealingController:
         if isinstance(captured, Failure):
             if record.get("kernel") and report.failed:
                 self.failures.append(captured)
+                if len(self.failures) == 1:
+                    self._warm_reruns()
         elif report.passed:
             self.passed.append(captured)
+
+    def _warm_reruns(self) -> None:
+        """Start the rerun server at the first failure: its imports overlap the rest of
+        the test run instead of delaying the first rerun."""
+        from pytest_kernelfix.rerun import prestart
+
+        try:
+            prestart(rerun_setup(self.config, self.settings, self.device))
+            self._warmed = True
+        except Exception:  # healing starts the server (or runs subprocesses) by itself
+            return
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -115,6 +129,15 @@ class HealingController:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        try:
+            self._heal_at_end(exitstatus)
+        finally:
+            if self._warmed:
+                from pytest_kernelfix.rerun import close_servers
+
+                close_servers()
+
+    def _heal_at_end(self, exitstatus: int) -> None:
         if not self.failures:
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -154,7 +177,7 @@ class HealingController:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        if not self._progress_shown:
+        if not self._progress_shown:  # lines come one at a time (workflow's lock)
             self._progress_shown = True
             reporter.write_line("")  # end the line of progress dots, even under -q
             reporter.write_sep("-", "kernelfix: healing")
