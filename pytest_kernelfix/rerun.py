@@ -381,7 +381,8 @@ def carried_args(args: Sequence[str]) -> tuple[str, ...]:
     """The session's own options a rerun of a few nodeids needs too.
 
     Paths, selections and report options stay behind; so do ``-o addopts=...`` (the
-    rerun sets its own filtered ``addopts``) and ``-p kernelfix``.
+    rerun sets its own filtered ``addopts``) and ``-p kernelfix`` by any name
+    (``-p pytest_kernelfix.plugin`` too: the rerun's agent stands in for it).
     """
     kept: list[str] = []
     remaining = iter(args)
@@ -397,7 +398,7 @@ def carried_args(args: Sequence[str]) -> tuple[str, ...]:
             continue
         value = value or next(remaining, "")
         dropped = (name in ("-o", "--override-ini") and value.startswith("addopts=")) or (
-            name == "-p" and value in ("kernelfix", "no:kernelfix")
+            name == "-p" and (value == "no:kernelfix" or _drop_plugin(value))
         )
         if value and not dropped:
             kept += [name, value]
