@@ -441,12 +441,14 @@ ADD_KERNEL = """
 """
 
 
+def add_project(tests: str) -> dict[str, str]:
+    """A package with ``add_kernel`` and a test module using it."""
+    return {"kernels/__init__.py": "", "kernels/add.py": ADD_KERNEL, "tests/test_add.py": tests}
+
+
 def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbox]]) -> None:
     root, sandboxes = sandboxed
-    sandbox = make_sandbox(root, sandboxes, {
-        "kernels/__init__.py": "",
-        "kernels/add.py": ADD_KERNEL,
-        "tests/test_add.py": """
+    sandbox = make_sandbox(root, sandboxes, add_project("""
             import torch
             from kernels.add import add
 
@@ -457,8 +459,7 @@ def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbo
 
             def test_no_kernel():
                 assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
-        """,
-    })
+        """))
     result = run_tests(spec_for(sandbox, "tests/test_add.py::test_add_twice",
                                 "tests/test_add.py::test_no_kernel"))
     twice, none = result.outcomes
@@ -588,3 +589,30 @@ def test_an_absolute_pythonpath_entry_is_mapped_to_the_sandbox(
     assert result.passed(nodeids), result.output
     assert result.mode == mode
     assert (root / "lib/kfx_helper.py").read_text() == 'VALUE = "original"\n'
+
+
+def test_gate_cache_hits_are_counted_across_sandboxes(
+    sandboxed: tuple[Path, list[Sandbox]],
+) -> None:
+    """Workers' sandboxes (and later sessions) share the gate's verdicts: the first rerun
+    compiles the kernel, a rerun in another sandbox copy finds it in the cache."""
+    root, sandboxes = sandboxed
+    first = make_sandbox(root, sandboxes, add_project("""
+            import torch
+            from kernels.add import add
+
+            def test_add():
+                x, y = torch.arange(100.0), torch.ones(100)
+                assert torch.equal(add(x, y), x + 1)
+        """))
+    second = Sandbox.create(root)
+    sandboxes.append(second)
+    device = DevicePlan(interpret=True, cuda_shim=False, capability=(9, 0),
+                        gate_target="cuda:90", cache_dir=str(root.parent / "cache"))
+    nodeid = "tests/test_add.py::test_add"
+    cold, warm = (run_tests(spec_for(sandbox, nodeid, device=device))
+                  for sandbox in (first, second))
+    for result in (cold, warm):
+        assert result.passed([nodeid]), result.output
+    assert cold.compile_cache == (0, 1)
+    assert warm.compile_cache == (1, 1)
