@@ -6,6 +6,9 @@ import nothing heavy: no torch, triton or litellm. The names a hook author needs
 loaded on first use::
 
     from pytest_kernelfix import Modification, Proposal, ProposalRequest
+
+PYTEST_DONT_REWRITE: the warm rerun server imports the package before pytest starts in
+its forked children (nothing here asserts).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ import pytest
 from pytest_kernelfix.target import DEFAULT_TARGET
 
 DEVICES = ("auto", "cuda", "interpret")
+#: How sandbox reruns start (see :mod:`pytest_kernelfix.rerun`).
+RERUN_MODES = ("auto", "fork", "subprocess")
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class Option:
     name: str
     help: str
     default: Any
-    kind: str = "string"  # string | int | float | bool | lines | choice
+    kind: str = "string"  # string | int | float | bool | lines | choice | workers
     choices: tuple[str, ...] = ()
     env: str = ""
     metavar: str = ""
@@ -83,6 +85,14 @@ OPTIONS: tuple[Option, ...] = (
            "(tests marked kernel), launched (tests that launched a Triton kernel of the "
            "project), or nodeid globs such as 'tests/ops/*' (default: kernel)", "kernel",
            metavar="WHICH"),
+    Option("kernelfix_workers", "Bugs healed at the same time, each in its own sandbox "
+           "(bugs sharing a file stay in order): auto (one per visible GPU; half the cores "
+           "on the interpreter) or N (default: auto)", 0, "workers", env="KERNELFIX_WORKERS",
+           metavar="N"),
+    Option("kernelfix_rerun", "How sandbox reruns start: fork (children of a warm server "
+           "that imported pytest, torch and triton once), subprocess (a fresh interpreter "
+           "each), or auto: fork where it is safe (default: auto)", "auto", "choice",
+           choices=RERUN_MODES, env="KERNELFIX_RERUN"),
 )
 
 #: Words of ``kernelfix_select``; anything else must look like a nodeid glob.
@@ -158,6 +168,14 @@ def _convert(option: Option, value: Any) -> Any:
             if text not in option.choices:
                 raise ValueError
             return text
+        if option.kind == "workers":  # 0 stands for auto
+            text = str(value).strip().lower()
+            if text == "auto":
+                return 0
+            count = int(text)
+            if count < 1:
+                raise ValueError
+            return count
         if option.kind == "lines":
             return tuple(str(line).strip() for line in value if str(line).strip())
         return str(value).strip()
@@ -167,6 +185,7 @@ def _convert(option: Option, value: Any) -> Any:
             "float": "a number of seconds > 0",
             "bool": "true or false",
             "choice": " | ".join(option.choices),
+            "workers": "auto or a whole number >= 1",
         }.get(option.kind, "a string")
         raise pytest.UsageError(
             f"kernelfix: invalid value {value!r} for {option.flag} / ini {option.name}: "
@@ -217,6 +236,8 @@ class Settings:
     paths: tuple[str, ...]
     rootdir: Path
     select: tuple[str, ...] = ("kernel",)
+    workers: int = 0  # 0: auto (see pytest_kernelfix.schedule.worker_count)
+    rerun: str = "auto"
 
 
 def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
@@ -255,6 +276,8 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         paths=value("kernelfix_paths"),
         rootdir=rootdir,
         select=parse_select(value("kernelfix_select")),
+        workers=value("kernelfix_workers"),
+        rerun=value("kernelfix_rerun"),
     )
 
 

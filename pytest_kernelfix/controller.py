@@ -10,6 +10,7 @@ never changes a test outcome or the exit status.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -43,14 +44,20 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
     from pytest_kernelfix.rerun import RerunSetup, carried_args
     from pytest_kernelfix.rerun_plan import device_plan
 
+    cache_dir = settings.report_dir / "cache"
+    env = {}
+    if device == "cuda":  # candidates share compiled kernels; never the user's ~/.triton
+        env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
     return RerunSetup(
         original_root=settings.rootdir,
         timeout=settings.timeout,
         device=device_plan(device=device, cuda_shim=settings.cuda_shim,
-                           target=settings.target, cache_dir=settings.report_dir / "cache"),
+                           target=settings.target, cache_dir=cache_dir),
         addopts=tuple(config.getini("addopts")),
         inifile=config.inipath,
         extra_args=carried_args(config.invocation_params.args),
+        env=env,
+        mode=settings.rerun,
     )
 
 
@@ -73,8 +80,11 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
     except (ValueError, OSError, FixerError) as error:
         configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
 
+    lock = threading.Lock()
+
     def ask(request: Any) -> Any:
-        return config.hook.pytest_kernelfix_propose(request=request, config=config)
+        with lock:  # bugs heal in threads; a conftest hook need not be thread-safe
+            return config.hook.pytest_kernelfix_propose(request=request, config=config)
 
     return HookFixer(ask, configured)
 
@@ -110,6 +120,7 @@ class HealingController:
         self.selection = Selection.of(settings.select)
         self.project = session_project(config, settings)
         self.marked: set[str] = set()
+        self._warmed = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -126,8 +137,21 @@ class HealingController:
             if report.failed and self.selection.selects(
                     captured.nodeid, captured.marked, captured.launches, self.project):
                 self.failures.append(captured)
+                if len(self.failures) == 1:
+                    self._warm_reruns()
         elif report.passed:
             self.passed.append(captured)
+
+    def _warm_reruns(self) -> None:
+        """Start the rerun server at the first failure: its imports overlap the rest of
+        the test run instead of delaying the first rerun."""
+        from pytest_kernelfix.rerun import prestart
+
+        try:
+            prestart(rerun_setup(self.config, self.settings, self.device))
+            self._warmed = True
+        except Exception:  # healing starts the server (or runs subprocesses) by itself
+            return
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
@@ -157,6 +181,15 @@ class HealingController:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        try:
+            self._heal_at_end(exitstatus)
+        finally:
+            if self._warmed:
+                from pytest_kernelfix.rerun import close_servers
+
+                close_servers()
+
+    def _heal_at_end(self, exitstatus: int) -> None:
         if not self.failures:
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -198,7 +231,7 @@ class HealingController:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        if not self._progress_shown:
+        if not self._progress_shown:  # lines come one at a time (workflow's lock)
             self._progress_shown = True
             reporter.write_line("")  # end the line of progress dots, even under -q
             reporter.write_sep("-", "kernelfix: healing")

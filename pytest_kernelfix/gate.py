@@ -127,22 +127,48 @@ def _require_backend(name: str, text: str) -> None:
 
 
 def compile_launch(
-    kernel: object, launch: KernelLaunch, target: GpuTarget, *, cache_dir: str | None
+    kernel: object, launch: KernelLaunch, target: GpuTarget, *, cache_dir: str | None,
+    root: str | None = None,
 ) -> GateResult:
-    """Compile one recorded launch for ``target`` and judge it (see the module docstring)."""
+    """Compile one recorded launch for ``target`` and judge it (see the module docstring).
+
+    With ``root`` (the rerun's rootdir), cached verdicts are keyed and stored with paths
+    relative to it, so another sandbox copy of the project (a parallel worker, the next
+    session) reuses them.
+    """
     started = time.perf_counter()
     skip = _skip_reason(kernel, launch)
     if skip:
         return _result(launch, ok=True, error=skip, started=started)
     with _compile_scope(target, cache_dir) as swap:
         jit = swap.jit_function(kernel)
-        key = _cache_key(jit, launch, target)
+        key = _cache_key(jit, _relative_launch(launch, root), target)
         cached = _load(cache_dir, key)
         if cached is not None:
-            return _result(launch, cached.ok, cached.error, started, cached.shared, cached=True)
+            error = _rooted(cached.error, root)
+            return _result(launch, cached.ok, error, started, cached.shared, cached=True)
         result = _compile(jit, launch, target, swap, started)
-    _store(cache_dir, key, result)
+    _store(cache_dir, key, GateResult(**{**asdict(result), "error": _unrooted(result.error, root)}))
     return result
+
+
+_ROOT_MARK = "<rootdir>"
+
+
+def _relative_launch(launch: KernelLaunch, root: str | None) -> KernelLaunch:
+    if not root or not launch.file.startswith(root.rstrip(os.sep) + os.sep):
+        return launch
+    relative = launch.file[len(root.rstrip(os.sep)) + 1:]
+    return KernelLaunch(launch.name, relative, launch.line, launch.signature, launch.constexprs,
+                        launch.options, launch.exact)
+
+
+def _unrooted(text: str, root: str | None) -> str:
+    return text.replace(root.rstrip(os.sep) + os.sep, _ROOT_MARK + os.sep) if root else text
+
+
+def _rooted(text: str, root: str | None) -> str:
+    return text.replace(_ROOT_MARK + os.sep, root.rstrip(os.sep) + os.sep) if root else text
 
 
 def compile_launches(

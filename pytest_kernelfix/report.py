@@ -22,6 +22,7 @@ from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.grouping import BugGroup
 from pytest_kernelfix.outcomes import HEALED, HealResult
 from pytest_kernelfix.redact import redact
+from pytest_kernelfix.rerun import RerunStats
 
 SCHEMA_VERSION = 1
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
@@ -36,6 +37,7 @@ class BugReport:
     patch_file: str = ""
     applied: tuple[str, ...] = ()
     apply_error: str = ""
+    reruns: RerunStats = field(default_factory=RerunStats)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,15 @@ class SessionReport:
     model: str
     seconds: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    workers: int = 1
+
+    @property
+    def reruns(self) -> RerunStats:
+        """Every bug's reruns together."""
+        total = RerunStats()
+        for bug in self.bugs:
+            total = total + bug.reruns
+        return total
 
     @property
     def usage(self) -> Usage:
@@ -137,6 +148,20 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
         "first_prompt_chars": result.prompt_chars or None,
         "first_prompt_tokens": prompt_tokens(result.prompt_chars) or None,
         "shown": list(result.shown),
+        "reruns": reruns_json(bug.reruns),
+    }
+
+
+def reruns_json(stats: RerunStats) -> dict[str, Any]:
+    """How the reruns ran (``fork``, ``subprocess``, ``mixed`` or ``none``), what they
+    cost, why any was not forked, and how many compile-cache lookups hit."""
+    return {
+        "count": stats.count,
+        "mode": stats.mode,
+        "seconds": round(stats.seconds, 3),
+        "fallbacks": list(stats.fallbacks),
+        "cache_hits": stats.cache_hits,
+        "cache_lookups": stats.cache_lookups,
     }
 
 
@@ -166,6 +191,7 @@ def session_json(report: SessionReport) -> dict[str, Any]:
             "cost": usage.cost,
         },
         "notes": list(report.notes),
+        "reruns": {**reruns_json(report.reruns), "workers": report.workers},
         "bugs": [bug_json(bug) for bug in report.bugs],
     }
 
@@ -197,6 +223,8 @@ def session_markdown(report: SessionReport) -> str:
         f"fixer: `{report.model}`.",
         "",
         "Failing tests stay failed in the test run; healing is reported beside them.",
+        "",
+        reruns_line(report),
         "",
         "| bug | status | tests | rounds | edits | first prompt | calls | tokens | cost | "
         "seconds |",
@@ -241,6 +269,20 @@ def session_markdown(report: SessionReport) -> str:
         if bug.apply_error:
             lines += ["", f"Not written to the working tree: {bug.apply_error}"]
     return "\n".join(lines) + "\n"
+
+
+def reruns_line(report: SessionReport) -> str:
+    """One sentence on how the sandbox reruns ran."""
+    stats = report.reruns
+    text = (f"Sandbox reruns: {stats.count} ({stats.mode}), {stats.seconds:.1f} s, "
+            f"{report.workers} worker(s)")
+    if stats.cache_lookups:
+        text += (f"; compile cache: {stats.cache_hits} of {stats.cache_lookups} "
+                 "kernel compile(s) reused")
+    text += "."
+    if stats.fallbacks:
+        text += " Not forked: " + "; ".join(stats.fallbacks)
+    return text
 
 
 def remove_stale_patches(report_dir: Path, keep: Sequence[str]) -> None:

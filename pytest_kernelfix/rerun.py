@@ -1,11 +1,15 @@
-"""Rerun a few nodeids in a sandbox, in a subprocess, and read back what happened.
+"""Rerun a few nodeids in a sandbox, in a child process, and read back what happened.
 
 A candidate kernel can hang, abort or segfault the interpreter (an unmasked
-``tl.load`` corrupts the heap), so tests run in a child ``python`` in its own process
+``tl.load`` corrupts the heap), so tests run in a child process in its own process
 group, under a timeout, and the child's agent (:mod:`pytest_kernelfix.rerun_agent`)
 writes each finished test to a JSON file as it goes: what finished before a crash is
 still known. Everything the suite's configuration would add that breaks a rerun of a
 few nodeids (xdist, ``-x``, coverage, report files, ``-k``/``-m``) is left out.
+
+:func:`run_tests` is the one entry point. The child is forked from a warm rerun server
+(:mod:`pytest_kernelfix.rerun_server`) where it can be (``RerunSetup.mode``: ``auto``,
+``fork``), else it is a fresh ``python -c`` subprocess; the result says which.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_kernelfix import rerun_server
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
-from pytest_kernelfix.rerun_plan import PLAN_ENV, DevicePlan, RerunPlan
+from pytest_kernelfix.rerun_plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, RerunPlan
 
 #: How much of the child's merged stdout/stderr a result keeps.
 OUTPUT_TAIL = 8 * 1024
@@ -45,7 +50,10 @@ class RerunSetup:
 
     ``addopts`` are the suite's ini ``addopts`` (they replace the ini value in the child,
     after :func:`filter_addopts`); ``extra_args`` are the session's own options a rerun
-    keeps (plugins, import mode); ``device`` goes to the child's agent in the plan.
+    keeps (plugins, import mode); ``device`` goes to the child's agent in the plan;
+    ``env`` is added to the child's environment; ``mode`` is how children start: forked
+    from the warm server where it is safe (``auto``), forked wherever fork exists
+    (``fork``), or a fresh interpreter each time (``subprocess``).
     """
 
     original_root: Path
@@ -55,6 +63,7 @@ class RerunSetup:
     inifile: Path | None = None
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    mode: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -63,12 +72,15 @@ class RerunSpec:
 
     ``poison`` makes it a sensitivity rerun: every project kernel's output is replaced
     right after each launch (one of :data:`~pytest_kernelfix.rerun_plan.POISON_MODES`).
+    ``stop_early`` ends the run at the first test that fails (``--exitfirst``): the
+    tests after it get no outcome.
     """
 
     setup: RerunSetup
     sandbox_root: Path
     nodeids: tuple[str, ...]
     poison: str = ""
+    stop_early: bool = False
 
     @property
     def original_root(self) -> Path:
@@ -167,7 +179,9 @@ class RerunResult:
     Paths under the sandbox are reported as the original paths, so errors, frames and
     launches compare directly with the failing run's. ``running`` is the test that had
     started but not finished when the process stopped ("" when none), and
-    ``running_launches`` the kernels it had launched by then.
+    ``running_launches`` the kernels it had launched by then. ``mode`` is how the child
+    started (``fork`` or ``subprocess``) and ``fallback`` why it was not forked when
+    forking was asked for.
     """
 
     outcomes: tuple[TestOutcome, ...]
@@ -180,6 +194,8 @@ class RerunResult:
     running: str = ""
     extra: Mapping[str, object] = field(default_factory=dict)
     running_launches: tuple[KernelLaunch, ...] = ()
+    mode: str = "subprocess"
+    fallback: str = ""
 
     def outcome(self, nodeid: str) -> TestOutcome | None:
         return next((o for o in self.outcomes if o.nodeid == nodeid), None)
@@ -200,6 +216,25 @@ class RerunResult:
         return bool(wanted) and all(
             (o := self.outcome(n)) is not None and o.outcome == "passed" for n in wanted
         )
+
+    @property
+    def compile_cache(self) -> tuple[int, int]:
+        """(hits, lookups) of the compile caches this rerun used.
+
+        On a GPU, every kernel Triton compiled or loaded from the shared cache directory
+        (``compile_cache`` from the agent); on the interpreter, every launch the compile
+        gate judged (its verdicts are cached by kernel source).
+        """
+        counts = self.extra.get("compile_cache")
+        if isinstance(counts, Mapping):
+            hits, misses = int(counts.get("hits", 0)), int(counts.get("misses", 0))
+            return hits, hits + misses
+        gates = self.extra.get("gate")
+        if not isinstance(gates, list):
+            return 0, 0
+        judged = [g for g in gates if isinstance(g, Mapping)
+                  and not str(g.get("error", "")).startswith("gate skipped")]
+        return sum(1 for g in judged if g.get("cached")), len(judged)
 
     @property
     def crash_reason(self) -> str:
@@ -391,7 +426,8 @@ def carried_args(args: Sequence[str]) -> tuple[str, ...]:
     """The session's own options a rerun of a few nodeids needs too.
 
     Paths, selections and report options stay behind; so do ``-o addopts=...`` (the
-    rerun sets its own filtered ``addopts``) and ``-p kernelfix``.
+    rerun sets its own filtered ``addopts``) and ``-p kernelfix`` by any name
+    (``-p pytest_kernelfix.plugin`` too: the rerun's agent stands in for it).
     """
     kept: list[str] = []
     remaining = iter(args)
@@ -407,7 +443,7 @@ def carried_args(args: Sequence[str]) -> tuple[str, ...]:
             continue
         value = value or next(remaining, "")
         dropped = (name in ("-o", "--override-ini") and value.startswith("addopts=")) or (
-            name == "-p" and value in ("kernelfix", "no:kernelfix")
+            name == "-p" and (value == "no:kernelfix" or _drop_plugin(value))
         )
         if value and not dropped:
             kept += [name, value]
@@ -459,6 +495,8 @@ def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
         "--continue-on-collection-errors",
         *map_root_paths(setup.extra_args, original, sandbox),
     ]
+    if spec.stop_early:
+        command.append("--exitfirst")
     return command
 
 
@@ -487,13 +525,9 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable) -> RerunResult:
         plan = rerun_plan(spec, work)
         plan.write(plan_file)
         start = time.monotonic()
-        returncode, timed_out = _run_group(
-            build_command(spec, python),
-            cwd=Path(spec.sandbox_root),
-            env=child_env(os.environ, spec, plan_file),
-            timeout=spec.setup.timeout,
-            log=log,
-        )
+        mode, fallback, returncode, timed_out = _launch(
+            spec, build_command(spec, python), child_env(os.environ, spec, plan_file), log,
+            python)
         seconds = time.monotonic() - start
         data = read_results(Path(plan.output))
         output = _tail(log, OUTPUT_TAIL)
@@ -513,7 +547,85 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable) -> RerunResult:
         extra=dict(data.get("extra", {})),
         running_launches=tuple(KernelLaunch.from_json(item)
                                for item in data.get("running_launches", ())),
+        mode=mode,
+        fallback=fallback,
     )
+
+
+def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Path,
+            python: str) -> tuple[str, str, int, bool]:
+    """Start the child the setup's way: (mode, why not forked, returncode, timed out)."""
+    cwd = Path(spec.sandbox_root)
+    env = {**env, LAUNCHED_ENV: repr(time.time())}  # the child's phase timings start here
+    why = rerun_server.unavailable_reason(spec.setup.mode)
+    if not why:
+        try:
+            server = rerun_server.server_for(python, env, Path(spec.original_root))
+            done = server.run(command[3:], cwd=cwd, env=env, log=log,
+                              timeout=spec.setup.timeout)
+            return "fork", "", done.returncode, done.timed_out
+        except rerun_server.ForkUnavailable as error:
+            why = str(error)
+    returncode, timed_out = _run_group(command, cwd=cwd, env=env, timeout=spec.setup.timeout,
+                                       log=log)
+    return "subprocess", "" if spec.setup.mode == "subprocess" else why, returncode, timed_out
+
+
+def prestart(setup: RerunSetup, *, python: str = sys.executable) -> str:
+    """Start the session's rerun server now, so its imports overlap other work; returns
+    why reruns will not fork ("" when they will try)."""
+    why = rerun_server.unavailable_reason(setup.mode)
+    if why:
+        return why
+    spec = RerunSpec(setup, Path(setup.original_root), ())
+    env = child_env(os.environ, spec, Path(os.devnull))  # the plan file is per rerun
+    try:
+        rerun_server.server_for(python, env, Path(setup.original_root))
+    except rerun_server.ForkUnavailable as error:
+        return str(error)
+    return ""
+
+
+def close_servers() -> None:
+    """End the rerun servers this process started (the end of a healing session)."""
+    rerun_server.close_servers()
+
+
+@dataclass(frozen=True)
+class RerunStats:
+    """What a bug's (or a session's) reruns cost and how they ran."""
+
+    count: int = 0
+    seconds: float = 0.0
+    forked: int = 0
+    fallbacks: tuple[str, ...] = ()
+    cache_hits: int = 0
+    cache_lookups: int = 0
+
+    @property
+    def mode(self) -> str:
+        """``fork``, ``subprocess``, ``mixed`` (some of each), or ``none``."""
+        if not self.count:
+            return "none"
+        if self.forked == self.count:
+            return "fork"
+        return "subprocess" if not self.forked else "mixed"
+
+    def add(self, result: RerunResult) -> RerunStats:
+        hits, lookups = result.compile_cache
+        fallbacks = self.fallbacks
+        if result.fallback and result.fallback not in fallbacks:
+            fallbacks += (result.fallback,)
+        return RerunStats(self.count + 1, self.seconds + result.seconds,
+                          self.forked + (result.mode == "fork"), fallbacks,
+                          self.cache_hits + hits, self.cache_lookups + lookups)
+
+    def __add__(self, other: RerunStats) -> RerunStats:
+        fallbacks = self.fallbacks + tuple(f for f in other.fallbacks if f not in self.fallbacks)
+        return RerunStats(self.count + other.count, self.seconds + other.seconds,
+                          self.forked + other.forked, fallbacks,
+                          self.cache_hits + other.cache_hits,
+                          self.cache_lookups + other.cache_lookups)
 
 
 def signal_name(returncode: int) -> str:

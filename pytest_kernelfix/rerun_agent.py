@@ -12,6 +12,10 @@ poisons project kernels' outputs and watches the test's checks
 (:mod:`pytest_kernelfix.poison`).
 
 PYTEST_DONT_REWRITE: :func:`main` imports this module before pytest starts.
+
+The same :func:`main` runs in a child forked from the warm rerun server
+(:mod:`pytest_kernelfix.rerun_server`): whatever this plugin does in a rerun works the
+same in both.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from collections.abc import Generator, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import (
@@ -40,13 +45,22 @@ from pytest_kernelfix.integrity import CodeSites, IntegrityCheck
 from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.poison import Poisoner, make_observer, remove_mode
 from pytest_kernelfix.rerun import Probe, TestOutcome
-from pytest_kernelfix.rerun_plan import RerunPlan, load_plan
+from pytest_kernelfix.rerun_plan import LAUNCHED_ENV, RerunPlan, load_plan
 
 #: Loaders rebuilt on the twin path as they are; other loaders are chosen by suffix.
 _FILE_LOADERS = (SourceFileLoader, SourcelessFileLoader, ExtensionFileLoader)
 
 #: Longest longrepr kept per test (head and tail), so the results file stays small.
 _MAX_LONGREPR = 40_000
+
+#: Seconds from the launch to each phase of this child (``RerunResult.extra["phases"]``).
+_phases: dict[str, float] = {}
+
+
+def mark_phase(name: str) -> None:
+    """Note when this child reached ``name``: where a rerun's time goes, for benchmarks."""
+    with contextlib.suppress(KeyError, ValueError):
+        _phases[name] = round(time.time() - float(os.environ[LAUNCHED_ENV]), 4)
 
 
 # -- import mapping ----------------------------------------------------------------------
@@ -186,14 +200,15 @@ def installed_finder() -> Any:
 
 
 def install_import_mapping(
-    original: str, sandbox: str, alias_dir: str | None = None
+    original: str, sandbox: str, alias_dir: str | None = None, *, drop_loaded: bool = True
 ) -> SandboxFinder:
     """Point ``sys.path``, ``PYTHONPATH`` and every finder at the sandbox, first.
 
     ``sys.path`` entries under the original root (from ``PYTHONPATH`` or a ``.pth``
     file) become their twins, and the twins go on ``PYTHONPATH`` for grandchildren.
     Modules already imported from the original tree (by a ``.pth`` file at start-up)
-    are dropped from ``sys.modules`` so that the next import reads the sandbox copy.
+    are dropped from ``sys.modules`` so that the next import reads the sandbox copy
+    (``drop_loaded``; a forked child skips the scan: its server dropped them already).
     """
     roots = RootMap(original, sandbox)
     twins = {entry: twin for entry in sys.path if (twin := roots.entry_twin(entry))}
@@ -207,7 +222,7 @@ def install_import_mapping(
         exported.append(alias_dir)
     if exported:
         os.environ["PYTHONPATH"] = os.pathsep.join(exported)
-    for name, module in list(sys.modules.items()):
+    for name, module in list(sys.modules.items()) if drop_loaded else ():
         filename = getattr(module, "__file__", None)
         if (isinstance(filename, str) and not name.startswith("pytest_kernelfix")
                 and roots.file_twin(filename)):
@@ -218,19 +233,33 @@ def install_import_mapping(
     return finder
 
 
-def main() -> None:
-    """Entry point of the rerun child (``python -c BOOTSTRAP pytest-args...``)."""
-    plan = load_plan()
+def main(*, forked: bool = False) -> None:
+    """Entry point of the rerun child: ``python -c BOOTSTRAP pytest-args...``, or a child
+    the rerun server forked (``forked``), with the same ``sys.argv``."""
+    mark_phase("main")
+    prepare_child(load_plan(), forked=forked)
+    raise SystemExit(pytest.console_main())
+
+
+def prepare_child(plan: RerunPlan | None, *, forked: bool = False) -> None:
+    """The set-up before pytest starts, the same in a fresh and in a forked child.
+
+    A fresh child drops the plugin's modules it imported: pytest marks its plugins'
+    packages for assertion rewriting and would find them imported already. A forked
+    child keeps what the server imported through the rewriter
+    (:func:`pytest_kernelfix.rerun_server.warm_up`).
+    """
     if plan is not None:
-        install_import_mapping(plan.original_root, plan.sandbox_root, plan.alias_dir or None)
+        install_import_mapping(plan.original_root, plan.sandbox_root, plan.alias_dir or None,
+                               drop_loaded=not forked)
     if sys.path and sys.path[0] == "":
         sys.path[0] = os.getcwd()  # what ``python -m pytest`` puts there
-    # pytest marks its plugins' packages for assertion rewriting and warns (an error
-    # under ``-W error``) about any it finds imported already: let it import them anew.
+    if forked:
+        sys.path_importer_cache.clear()  # the server's finders saw its own directory
+        return
     for name in [n for n in sys.modules if n == "pytest_kernelfix" or
                  n.startswith("pytest_kernelfix.")]:
         del sys.modules[name]
-    raise SystemExit(pytest.console_main())
 
 
 # -- the pytest plugin -------------------------------------------------------------------
@@ -260,6 +289,7 @@ class RerunAgent:
         )
         self._running = ""
         self.kernels: dict[KernelLaunch, object] = {}  # every launch of the run, for the gate
+        self.compiles = CompileCounter()
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._errors: dict[tuple[str, str], ErrorInfo] = {}
         self._findings: dict[str, set[str]] = {}
@@ -278,6 +308,7 @@ class RerunAgent:
         self.emit("extra", key=key, value=value)
 
     def start(self) -> None:
+        mark_phase("configured")
         try:
             self.recorder.install()
             self.set_extra("launch_recording", True)
@@ -288,15 +319,20 @@ class RerunAgent:
             from pytest_kernelfix import shim
 
             self.set_extra("bf16_exact", shim.bf16_exact())  # for the session's triage
+        else:
+            self.compiles.install()
         self._report_imports()
 
     def stop(self) -> None:
         self.recorder.uninstall()
+        self.compiles.uninstall()
         self._report_imports()
         if self.poisoner is not None and self.poisoner.errors:
             self.set_extra("poison_errors", sorted(set(self.poisoner.errors))[:20])
         if self.integrity is not None:
             self.integrity.close()
+        mark_phase("end")
+        self.set_extra("phases", dict(_phases))
         os.close(self._fd)
 
     def _report_imports(self) -> None:
@@ -382,9 +418,16 @@ class RerunAgent:
         self.kernels.update(self.recorder.kernels)
         self.emit("test", **result.to_json())
 
+    def pytest_collection_finish(self) -> None:
+        mark_phase("collected")
+
     def pytest_sessionfinish(self) -> None:
+        mark_phase("tests")
         if self.plan.device.gate:
             self.set_extra("gate", self._gate(self.plan.device.gate_target))
+            mark_phase("gate")
+        if self.compiles.installed:
+            self.set_extra("compile_cache", self.compiles.counts())
 
     def _gate(self, target: str) -> list[dict[str, Any]]:
         """Compile every project kernel the rerun launched for a real GPU target."""
@@ -398,7 +441,7 @@ class RerunAgent:
                 continue  # installed packages' kernels are not the project's to fix
             try:
                 result = compile_launch(kernel, launch, parse_target(target),
-                                        cache_dir=cache_dir or None)
+                                        cache_dir=cache_dir or None, root=root)
             except Exception as exc:  # the gate must never cost the rerun its outcomes
                 note = f"gate skipped {launch.name}: {type(exc).__name__}: {exc}"
                 result = GateResult(launch.name, launch.file, launch.line, True, note, 0, 0.0,
@@ -420,6 +463,50 @@ class RerunAgent:
             for message in exc.args:
                 self.emit("collection_error", text=_relative_nodeids(str(message), session))
             raise
+
+
+class CompileCounter:
+    """Counts Triton compiles on a GPU: how many came from the cache directory the
+    session's reruns share (``TRITON_CACHE_DIR``), how many were compiled anew.
+
+    Uses Triton's compilation listener (``knobs.compilation.listener``), chained to any
+    listener already set; counts nothing where this Triton has none.
+    """
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.misses = 0
+        self.installed = False
+        self._previous: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("cache_hit"):
+            self.hits += 1
+        else:
+            self.misses += 1
+        if self._previous is not None:
+            self._previous(*args, **kwargs)
+
+    def install(self) -> None:
+        try:
+            from triton import knobs
+
+            self._previous = knobs.compilation.listener
+            knobs.compilation.listener = self
+        except Exception:  # an older Triton, or none: nothing to count
+            return
+        self.installed = True
+
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        from triton import knobs
+
+        knobs.compilation.listener = self._previous
+        self.installed = False
+
+    def counts(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
 
 
 def decide_outcome(
@@ -505,6 +592,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         from pytest_kernelfix.device import prepare
 
         prepare("interpret", cuda_shim=plan.device.cuda_shim, capability=plan.device.capability)
+    mark_phase("device")
     try:
         patterns = tuple(early_config.getini("python_files"))
     except (ValueError, KeyError):

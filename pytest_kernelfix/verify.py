@@ -9,6 +9,10 @@ integrity check, compared with the baseline's), the rerun neither crashed nor hu
 last, the failing tests fail again once the kernel's output is poisoned (the
 sensitivity reruns, :mod:`pytest_kernelfix.sensitivity`): only then does the result come
 from the kernel. Every rejection carries the detail the model needs next round.
+
+A candidate's failing tests run first, and that rerun stops at the first one that still
+fails (most candidates fail; the rest would only repeat it); the regression set runs in
+a second rerun only once they all pass.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from pytest_kernelfix.sensitivity import BYPASS, UNMEASURED, judge_poisoned
 from pytest_kernelfix.shim.limits import bf16_limitation
 
 _FEEDBACK_TESTS = 3
+#: Verdicts :meth:`Verifier.judge` reaches only after the regression check.
+_JUDGED_AFTER_REGRESSION = ("bypass", "gate")
 
 
 Runner = Callable[[RerunSpec], RerunResult]
@@ -173,9 +179,10 @@ class Verifier:
         self.originals: dict[str, str] = {}
         self.written: dict[str, str] = {}
 
-    def _spec(self, nodeids: tuple[str, ...], setup: RerunSetup | None = None,
-              poison: str = "") -> RerunSpec:
-        return RerunSpec(setup or self.setup, self.sandbox.root, nodeids, poison)
+    def _spec(self, nodeids: tuple[str, ...], setup: RerunSetup | None = None, *,
+              stop_early: bool = False, poison: str = "") -> RerunSpec:
+        return RerunSpec(setup or self.setup, self.sandbox.root, nodeids, poison=poison,
+                         stop_early=stop_early)
 
     def _write(self, files: Mapping[str, str]) -> None:
         for path, text in files.items():
@@ -221,7 +228,7 @@ class Verifier:
 
     def _passes_with_cuda_shim(self) -> bool:
         setup = replace(self.setup, device=replace(self.setup.device, cuda_shim=True))
-        return self.runner(self._spec(self.nodeids, setup)).passed(self.nodeids)
+        return self.runner(self._spec(self.nodeids, setup, stop_early=True)).passed(self.nodeids)
 
     def _tampered(self) -> list[str]:
         """Protected files whose sandbox bytes differ from the original tree's (or are
@@ -248,23 +255,23 @@ class Verifier:
         if tampered:
             return Verdict(False, f"test files changed: {', '.join(tampered)}",
                            kind="tampered")
-        result = self._run(self._spec(self.nodeids + tuple(sorted(self.regression_baseline))))
-        if isinstance(result, Verdict):
-            return result
-        verdict = self.judge(result)
+        first = self._run(self._spec(self.nodeids, stop_early=True))
+        if isinstance(first, Verdict):
+            return first
+        verdict = self.judge(first, regression=())
+        if self.regression_baseline and verdict.kind in ("", *_JUDGED_AFTER_REGRESSION):
+            # The failing tests pass: run the regression set too; a broken regression test
+            # is reported before a bypass or a gate rejection, as in one combined rerun.
+            second = self._run(self._spec(tuple(sorted(self.regression_baseline))))
+            if isinstance(second, Verdict):
+                return second
+            verdict = self.judge(merge_results(first, second))
         return self.sensitivity(verdict) if verdict.ok else verdict
 
     def _run(self, spec: RerunSpec) -> RerunResult | Verdict:
         """Run, then check that the candidate's code wrote no test or data file."""
         result = self.runner(spec)
-        tampered = self._tampered()
-        if tampered:
-            for path in tampered:  # later rounds and bugs share this sandbox: undo it
-                self.sandbox.reset(path)
-            return Verdict(False, f"the rerun changed test or data files: {', '.join(tampered)}",
-                           "Running the patched code changed files it must not touch: "
-                           + ", ".join(tampered), kind="tampered")
-        return result
+        return self._untampered() or result
 
     def sensitivity(self, passed: Verdict) -> Verdict:
         """Rerun the failing tests with the kernels' outputs poisoned: they must fail.
@@ -292,8 +299,25 @@ class Verifier:
                                     "; the tests fail once the kernel's output is poisoned")
         return replace(passed, summary=summary)
 
-    def judge(self, result: RerunResult) -> Verdict:
-        """Turn a rerun into a verdict, most fundamental problem first."""
+    def _untampered(self) -> Verdict | None:
+        """A rejection when the rerun (the candidate's code ran) wrote test files."""
+        tampered = self._tampered()
+        if not tampered:
+            return None
+        for path in tampered:  # later rounds and bugs share this sandbox: undo it
+            self.sandbox.reset(path)
+        return Verdict(False, f"the rerun changed test or data files: {', '.join(tampered)}",
+                       "Running the patched code changed files it must not touch: "
+                       + ", ".join(tampered), kind="tampered")
+
+    def judge(self, result: RerunResult, regression: Sequence[str] | None = None) -> Verdict:
+        """Turn a rerun into a verdict, most fundamental problem first.
+
+        ``regression`` are the tests that must still pass (default: those that passed
+        in the baseline; ``()`` while only the failing tests ran).
+        """
+        regression = (tuple(sorted(self.regression_baseline)) if regression is None
+                      else tuple(regression))
         if result.timed_out:
             return Verdict(
                 False,
@@ -323,15 +347,8 @@ class Verifier:
                            kind="rerun")
         failing = [n for n in self.nodeids if not result.passed([n])]
         if failing:
-            outcomes = [result.outcome(n) for n in failing]
-            shown = [describe_outcome(o) for o in outcomes if o is not None][:_FEEDBACK_TESTS]
-            headline = next((o.error.headline for o in outcomes if o and o.error), "")
-            summary = f"{len(failing)} of {len(self.nodeids)} failing tests still fail"
-            if headline:
-                summary += f": {headline}"
-            return Verdict(False, first_line(summary), "\n\n".join(shown) or summary,
-                           kind="failing")
-        broken = [n for n in sorted(self.regression_baseline) if not result.passed([n])]
+            return self._still_failing(result, failing)
+        broken = [n for n in regression if not result.passed([n])]
         if broken:
             outcomes = [result.outcome(n) for n in broken]
             shown = [describe_outcome(o) for o in outcomes if o is not None][:_FEEDBACK_TESTS]
@@ -346,7 +363,7 @@ class Verifier:
         if changed is not None:
             return changed
         bypassed = [  # regression tests were chosen because they launched an editable kernel
-            n for n in self.nodeids + tuple(sorted(self.regression_baseline))
+            n for n in self.nodeids + regression
             if (n in self.launched or n in self.regression_baseline)
             and (o := result.outcome(n)) is not None and o.launch_count == 0
         ]
@@ -372,5 +389,37 @@ class Verifier:
                 kind="gate",
             )
         return Verdict(True, f"{len(self.nodeids)} failing test(s) pass"
-                       + (f", {len(self.regression_baseline)} regression test(s) still pass"
-                          if self.regression_baseline else ""))
+                       + (f", {len(regression)} regression test(s) still pass"
+                          if regression else ""))
+
+    def _still_failing(self, result: RerunResult, failing: Sequence[str]) -> Verdict:
+        """Failing tests that still fail; those the stopped rerun never ran are named as
+        not run, not as failing."""
+        ran = [n for n in failing if result.outcome(n) is not None]
+        not_run = len(failing) - len(ran)
+        outcomes = [result.outcome(n) for n in ran]
+        shown = [describe_outcome(o) for o in outcomes if o is not None][:_FEEDBACK_TESTS]
+        headline = next((o.error.headline for o in outcomes if o and o.error), "")
+        summary = f"{len(ran)} of {len(self.nodeids)} failing tests still fail"
+        if not_run:
+            summary += f" ({not_run} not run: the rerun stops at the first that still fails)"
+        if headline:
+            summary += f": {headline}"
+        return Verdict(False, first_line(summary), "\n\n".join(shown) or summary,
+                       kind="failing")
+
+
+def _gate_items(result: RerunResult) -> list[object]:
+    items = result.extra.get("gate")
+    return list(items) if isinstance(items, list) else []
+
+
+def merge_results(first: RerunResult, second: RerunResult) -> RerunResult:
+    """The failing tests' rerun and the regression rerun as one result to judge: the
+    outcomes and gate verdicts of both, how the second ended."""
+    extra = {**first.extra, **second.extra}
+    if "gate" in first.extra or "gate" in second.extra:
+        extra["gate"] = [item for r in (first, second) for item in _gate_items(r)]
+    return replace(second, outcomes=first.outcomes + second.outcomes,
+                   output=second.output or first.output, seconds=first.seconds + second.seconds,
+                   extra=extra)

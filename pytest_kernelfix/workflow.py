@@ -1,18 +1,22 @@
 """From captured failures to written artifacts: one healing session, start to end.
 
-A pipeline of plain stages: group the failures into bugs, heal each bug in one shared
-sandbox (a baseline rerun first: :meth:`Verifier.triage` skips what is not the kernel's
-to heal), then write patches and reports, and with ``--kernelfix-apply`` the healed files.
-Knows no pytest hooks: the controller hands it plain data (:class:`SessionInputs`) and
-the parts a caller may swap (:class:`Stages`: the fixer, the guard, the rerun runner,
-the sandbox factory), so the whole session runs in a unit test with a fake runner.
+A pipeline of plain stages: group the failures into bugs, heal each bug in a sandbox (a
+baseline rerun first: :meth:`Verifier.triage` skips what is not the kernel's to heal),
+then write patches and reports, and with ``--kernelfix-apply`` the healed files. Bugs
+whose files do not overlap heal at the same time on up to ``--kernelfix-workers``
+threads, each with its own sandbox (:mod:`pytest_kernelfix.schedule`); the report keeps
+the grouping order. Knows no pytest hooks: the controller hands it plain data
+(:class:`SessionInputs`) and the parts a caller may swap (:class:`Stages`: the fixer,
+the guard, the rerun runner, the sandbox factory), so the whole session runs in a unit
+test with a fake runner.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,9 +35,18 @@ from pytest_kernelfix.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundR
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.reach import Reach
 from pytest_kernelfix.report import BugReport, SessionReport, write_patches, write_reports
-from pytest_kernelfix.rerun import RerunSetup, run_tests
+from pytest_kernelfix.rerun import (
+    RerunResult,
+    RerunSetup,
+    RerunSpec,
+    RerunStats,
+    close_servers,
+    prestart,
+    run_tests,
+)
 from pytest_kernelfix.rerun_plan import DevicePlan
 from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.schedule import chains, visible_gpus, worker_count, worker_env
 from pytest_kernelfix.verify import Runner, Verifier
 from pytest_kernelfix.writeback import StaleFileError, write_back
 
@@ -121,51 +134,170 @@ def _skipped(group: BugGroup, reason: str) -> HealResult:
     return HealResult(group_id=group.id, status=SKIPPED, reason=reason)
 
 
+class _Counted:
+    """A runner that keeps what one bug's reruns cost and how they ran."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.stats = RerunStats()
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        result = self.runner(spec)
+        self.stats = self.stats.add(result)
+        return result
+
+
+@dataclass
+class _Session:
+    """The mutable state of one healing run, shared by its workers."""
+
+    inputs: SessionInputs
+    stages: Stages
+    groups: list[BugGroup]
+    exclude: list[str]
+    workers: int
+    gpus: tuple[str, ...]
+    reach: Reach
+    results: dict[int, HealResult] = field(default_factory=dict)
+    reruns: dict[int, RerunStats] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def say(self, group: BugGroup, line: str, *, first: bool = False) -> None:
+        """A progress line; with several workers each names its bug."""
+        if not first:
+            line = f"{group.id}: {line}" if self.workers > 1 else f"  {line}"
+        with self.lock:
+            self.stages.progress(line)
+
+    def heal_chain(self, chain: Sequence[int], sandbox: Sandbox | None, worker: int) -> (
+        Sandbox | None
+    ):
+        """Heal a chain of bugs in order in one sandbox (made on first need)."""
+        stages = self.stages
+        inputs = self.inputs
+        pinned = worker_env(worker, self.gpus, self.workers)
+        if pinned:
+            setup = replace(inputs.setup, env={**inputs.setup.env, **pinned})
+            inputs = replace(inputs, setup=setup)
+        for index in chain:
+            group = self.groups[index]
+            self.say(group, f"healing {group.id} ({len(group.nodeids)} test(s); "
+                            f"{', '.join(group.editable) or 'no editable file'})", first=True)
+            if not group.editable:
+                result = _skipped(group, NO_EDITABLE_SOURCE)
+            else:
+                sandbox = sandbox or stages.sandbox(inputs.project.root, self.exclude)
+                counted = _Counted(stages.runner)
+
+                def progress(line: str, group: BugGroup = group) -> None:
+                    self.say(group, line.strip())
+
+                result = heal_bug(group, inputs, sandbox,
+                                  replace(stages, runner=counted, progress=progress), self.reach)
+                self.reruns[index] = counted.stats
+            self.say(group, f"{result.status}: {result.reason}")
+            self.results[index] = result
+        return sandbox
+
+
 def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     """Heal every bug of the session; write patches, reports and (apply mode) files."""
     started = time.monotonic()
     settings = inputs.settings
     project = inputs.project
     reach = Reach(project)
-    results: list[tuple[BugGroup, HealResult]] = []
     exclude = list(settings.sandbox_exclude)
     if settings.report_dir.is_relative_to(project.root):
         exclude.append(settings.report_dir.relative_to(project.root).as_posix())
-    sandbox: Sandbox | None = None
-    progress = stages.progress
+    warm = stages.runner is run_tests and bool(inputs.failures)
+    if warm:
+        prestart(inputs.setup)  # the server's imports overlap context building and fixers
     try:
         if any(failure.crashed for failure in inputs.failures):
-            sandbox = stages.sandbox(project.root, exclude)
-            progress("rerunning the tests that crashed their worker, alone in the sandbox")
-            failures, notes = reproduce_crashes(inputs.failures, inputs.setup, sandbox.root,
-                                                stages.runner, project,
-                                                Selection.of(settings.select))
-            inputs = replace(inputs, failures=failures, notes=inputs.notes + notes)
+            inputs = _reproduce_crashes(inputs, stages, exclude)
         groups = group_failures(inputs.failures, project, reach)
-        for index, group in enumerate(groups):
-            if index >= settings.max_groups:
-                results.append((group, _skipped(
-                    group, f"over the limit of {settings.max_groups} bugs per session "
-                           "(--kernelfix-max-groups)")))
-                continue
-            progress(f"healing {group.id} ({len(group.nodeids)} test(s); "
-                     f"{', '.join(group.editable) or 'no editable file'})")
-            if not group.editable:
-                result = _skipped(group, NO_EDITABLE_SOURCE)
-            else:
-                sandbox = sandbox or stages.sandbox(project.root, exclude)
-                result = heal_bug(group, inputs, sandbox, stages, reach)
-            progress(f"  {result.status}: {result.reason}")
-            results.append((group, result))
+        healable = groups[:settings.max_groups]
+        lanes = chains(healable)
+        gpus = visible_gpus() if inputs.device == "cuda" else ()
+        workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
+        session = _Session(inputs, stages, groups, exclude, workers, gpus, reach)
+        for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
+            session.results[index] = _skipped(
+                group, f"over the limit of {settings.max_groups} bugs per session "
+                       "(--kernelfix-max-groups)")
+        if workers == 1:
+            _heal_in_order([i for lane in lanes for i in lane], session)
+        else:
+            _heal_in_parallel(lanes, session)
+    finally:
+        if warm:
+            close_servers()
+    results = [(group, session.results[index]) for index, group in enumerate(groups)]
+    return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
+                  workers=workers)
+
+
+def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (
+    SessionInputs
+):
+    """Rerun the tests that crashed their xdist worker alone in a sandbox, so that what
+    they launched before the crash is known when the failures are grouped."""
+    stages.progress("rerunning the tests that crashed their worker, alone in the sandbox")
+    sandbox = stages.sandbox(inputs.project.root, exclude)
+    try:
+        failures, notes = reproduce_crashes(inputs.failures, inputs.setup, sandbox.root,
+                                            stages.runner, inputs.project,
+                                            Selection.of(inputs.settings.select))
+    finally:
+        sandbox.close()
+    return replace(inputs, failures=failures, notes=inputs.notes + notes)
+
+
+def _heal_in_order(order: Sequence[int], session: _Session) -> None:
+    """One worker: every bug in grouping order, in one sandbox."""
+    sandbox = None
+    try:
+        sandbox = session.heal_chain(sorted(order), None, 0)
     finally:
         if sandbox is not None:
             sandbox.close()
-    return finish(inputs, results, time.monotonic() - started)
+
+
+def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None:
+    """``session.workers`` threads take chains from a queue, each with its own sandbox;
+    the first error of any worker is raised once all have stopped."""
+    pending = list(lanes)
+    taken = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        sandbox: Sandbox | None = None
+        try:
+            while not errors:
+                with taken:
+                    if not pending:
+                        return
+                    chain = pending.pop(0)
+                sandbox = session.heal_chain(chain, sandbox, worker)
+        except BaseException as error:  # handed to the caller's thread below
+            errors.append(error)
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+
+    threads = [threading.Thread(target=work, args=(worker,), name=f"kernelfix-worker-{worker}",
+                                daemon=True) for worker in range(session.workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
              reach: Reach | None = None) -> HealResult:
-    """One bug: baseline and triage, then the round loop, in the shared sandbox."""
+    """One bug: baseline and triage, then the round loop, in the given sandbox."""
     project = inputs.project
     reach = reach or Reach(project)
     try:
@@ -239,21 +371,27 @@ def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResu
 
 
 def finish(
-    inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float
+    inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float,
+    *, reruns: Mapping[int, RerunStats] | None = None, workers: int = 1,
 ) -> SessionReport:
-    """Write patches and reports (and, in apply mode, the healed files); the report."""
+    """Write patches and reports (and, in apply mode, the healed files); the report.
+
+    ``reruns`` holds each bug's rerun statistics by its index in ``results``.
+    """
+    reruns = reruns or {}
     settings = inputs.settings
     report_dir = settings.report_dir
     report_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(report_dir / ".report.lock"), timeout=120):
         patches = write_patches(results, report_dir)
         bugs = []
-        for group, result in results:
+        for index, (group, result) in enumerate(results):
             applied: tuple[str, ...] = ()
             error = ""
             if settings.apply and result.status == HEALED and result.changed_files:
                 applied, error = _apply(report_dir, inputs.project, group, result)
-            bugs.append(BugReport(group, result, patches.get(group.id, ""), applied, error))
+            bugs.append(BugReport(group, result, patches.get(group.id, ""), applied, error,
+                                  reruns.get(index, RerunStats())))
         report = SessionReport(
             bugs=tuple(bugs),
             rootdir=inputs.project.root,
@@ -263,6 +401,7 @@ def finish(
             model=settings.model,
             seconds=seconds,
             notes=inputs.notes,
+            workers=workers,
         )
         write_reports(report)
     return report

@@ -21,6 +21,7 @@ def pytest_configure(config):
         "heal": s.heal, "apply": s.apply, "rounds": s.rounds, "model": s.model,
         "timeout": s.timeout, "device": s.device, "report_dir": str(s.report_dir),
         "cuda_shim": s.cuda_shim, "paths": list(s.paths), "target": s.target,
+        "workers": s.workers, "rerun": s.rerun,
     }))
 """
 
@@ -45,7 +46,8 @@ def test_every_option_is_prefixed_and_has_an_ini_twin(pytester: pytest.Pytester)
 
 
 def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KERNELFIX_MODEL", raising=False)
+    for name in ("KERNELFIX_MODEL", "KERNELFIX_RERUN", "KERNELFIX_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
     settings = settings_of(pytester)
     assert settings["heal"] is False
     assert settings["rounds"] == 3
@@ -54,12 +56,15 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
     assert settings["target"] == "cuda:90"
     assert settings["cuda_shim"] is True
     assert settings["report_dir"] == str(pytester.path / ".kernelfix")
+    assert settings["workers"] == 0  # auto: one per GPU, half the cores on the interpreter
+    assert settings["rerun"] == "auto"
 
 
 def test_ini_values_are_read_and_cli_wins(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("KERNELFIX_MODEL", raising=False)
+    for name in ("KERNELFIX_MODEL", "KERNELFIX_RERUN", "KERNELFIX_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
     pytester.makeini(
         """
         [pytest]
@@ -67,6 +72,8 @@ def test_ini_values_are_read_and_cli_wins(
         kernelfix_model = replay:tape.jsonl
         kernelfix_timeout = 12.5
         kernelfix_cuda_shim = false
+        kernelfix_workers = 3
+        kernelfix_rerun = subprocess
         kernelfix_paths =
             kernels/*.py
             ops/*.py
@@ -74,21 +81,28 @@ def test_ini_values_are_read_and_cli_wins(
     )
     settings = settings_of(pytester)
     assert settings["rounds"] == 5
+    assert settings["workers"] == 3 and settings["rerun"] == "subprocess"
     assert settings["model"] == "replay:tape.jsonl"
     assert settings["timeout"] == 12.5
     assert settings["cuda_shim"] is False
     assert settings["paths"] == ["kernels/*.py", "ops/*.py"]
-    settings = settings_of(pytester, "--kernelfix-rounds=2", "--kernelfix-cuda-shim=on")
+    settings = settings_of(pytester, "--kernelfix-rounds=2", "--kernelfix-cuda-shim=on",
+                           "--kernelfix-workers=auto", "--kernelfix-rerun=fork")
     assert settings["rounds"] == 2
     assert settings["cuda_shim"] is True
+    assert settings["workers"] == 0 and settings["rerun"] == "fork"
 
 
 def test_environment_model_sits_between_cli_and_ini(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makeini("[pytest]\nkernelfix_model = from-ini\n")
+    pytester.makeini("[pytest]\nkernelfix_model = from-ini\nkernelfix_rerun = fork\n")
     monkeypatch.setenv("KERNELFIX_MODEL", "openai/from-env")
-    assert settings_of(pytester)["model"] == "openai/from-env"
+    monkeypatch.setenv("KERNELFIX_RERUN", "subprocess")  # how the test suites pick a mode
+    monkeypatch.setenv("KERNELFIX_WORKERS", "2")
+    settings = settings_of(pytester)
+    assert settings["model"] == "openai/from-env"
+    assert settings["rerun"] == "subprocess" and settings["workers"] == 2
     assert settings_of(pytester, "--kernelfix-model=ollama/cli")["model"] == "ollama/cli"
 
 
@@ -103,6 +117,9 @@ def test_apply_implies_heal(pytester: pytest.Pytester) -> None:
         (("--kernelfix-rounds=many",), "expected a whole number"),
         (("--kernelfix-timeout=0",), "a number of seconds > 0"),
         (("--kernelfix-rounds=0",), "at least 1"),
+        (("--kernelfix-workers=0",), "expected auto or a whole number >= 1"),
+        (("--kernelfix-workers=some",), "expected auto or a whole number >= 1"),
+        (("--kernelfix-rerun=thread",), "invalid choice"),
     ],
 )
 def test_bad_values_are_usage_errors(

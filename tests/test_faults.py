@@ -14,7 +14,7 @@ import json
 
 import pytest
 from fake_llm import Delay, FakeLLM, Reply, Status, closed_port_url, empty, huge, malformed
-from hostile.project import fix_answer, report, write_project
+from hostile.project import expected_rerun_mode, fix_answer, report, rerun_mode, write_project
 
 pytest_plugins = ("fake_llm",)
 
@@ -22,9 +22,10 @@ BASE = ("-p", "no:randomly", "-p", "no:cacheprovider")
 
 
 def heal_args(api_base: str, *more: str) -> tuple[str, ...]:
+    """One worker: the fake model's scripted replies go to the bugs in their order."""
     return (*BASE, "--kernelfix", "--kernelfix-model=openai/fake-model",
             f"--kernelfix-api-base={api_base}", "--kernelfix-llm-retries=2",
-            "--kernelfix-rounds=2", "--kernelfix-llm-timeout=1", *more)
+            "--kernelfix-rounds=2", "--kernelfix-llm-timeout=1", "--kernelfix-workers=1", *more)
 
 
 def without_plugin(pytester: pytest.Pytester) -> int:
@@ -63,6 +64,7 @@ def test_http_faults_leave_bugs_unhealed_after_bounded_retries(
         assert bugs[name]["reason"].startswith("round 1: litellm:openai/fake-model: ")
         assert requests_for(fake_llm, name) == 3  # 1 + 2 retries, then the bug is given up
     assert len(fake_llm.requests) == 12 and fake_llm.pending == 0
+    assert rerun_mode(pytester.path) == expected_rerun_mode()
     result.stdout.fnmatch_lines(["*unhealed  k1_kernel-*: round 1: *rate limited (HTTP 429)*"])
 
 
@@ -94,6 +96,7 @@ def test_unreadable_answers_use_up_rounds_and_a_good_one_still_heals(
     assert first["outcome"].startswith("answer could not be read: No edits were found")
     assert bugs["k4"]["status"] == "healed" and second["outcome"] == "1 failing test(s) pass"
     assert len(fake_llm.requests) == 8
+    assert rerun_mode(pytester.path) == expected_rerun_mode()
 
 
 def test_connection_refused_and_a_failing_hook(pytester: pytest.Pytester) -> None:

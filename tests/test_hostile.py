@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from hostile.answers import GELU, SOFTMAX, Hostile, build, write_cassette
-from hostile.project import BUG, FIX, report, write_project
+from hostile.project import BUG, FIX, expected_rerun_mode, report, rerun_mode, write_project
 
 from pytest_kernelfix.context import BugContext, SourceFile
 from pytest_kernelfix.failure import ErrorInfo
@@ -156,6 +156,7 @@ def test_hostile_session_leaves_the_tree_untouched_and_heals_nothing(
 
     report = json.loads((reports / "report.json").read_text())
     assert report["totals"]["healed"] == 0 and report["totals"]["bugs"] == 2
+    assert rerun_mode(reports.parent, reports.name) == expected_rerun_mode()
     assert list(reports.glob("*.patch")) == []
     for bug in report["bugs"]:
         group = bug["kernel"].removesuffix("_kernel")
@@ -206,9 +207,11 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie is dead, merely not reaped by this container's init
 
 
+@pytest.mark.parametrize("mode", ["fork", "subprocess"])
 def test_hung_and_crashing_candidates_are_killed_with_their_process_group(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
+    monkeypatch.setenv("KERNELFIX_RERUN", mode)  # both ways every rerun can start
     root = write_project(pytester.path, "k1")
     pytester.makeconftest(RERUN_CHILD_CONFTEST)
     pids = pytester.path / "pids"
@@ -234,6 +237,7 @@ def test_hung_and_crashing_candidates_are_killed_with_their_process_group(
     assert [why in outcome for (_, why), outcome in
             zip(HANG_THEN_CRASH_THEN_FIX, outcomes, strict=True)] == [True] * 3, outcomes
     assert bug["status"] == "healed"  # a hang and a segfault did not stop the loop
+    assert rerun_mode(root) == mode
     started = [int(path.name) for path in pids.iterdir()]
     assert len(started) == 4  # baseline + three candidates
     assert [pid for pid in started if _alive(pid)] == []

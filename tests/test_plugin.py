@@ -73,7 +73,9 @@ def test_healed_in_two_rounds_through_feedback(pytester: pytest.Pytester) -> Non
     (bug,) = report_of(pytester.path)["bugs"]
     assert bug["status"] == "healed" and bug["rounds"] == 2
     first = bug["round_details"][0]["outcome"]
-    assert first.startswith("4 of 4 failing tests still fail")
+    # the rerun stops at the first failing test that still fails, and says so
+    assert first.startswith("1 of 4 failing tests still fail (3 not run: the rerun stops "
+                            "at the first that still fails): AssertionError")
     patch = (pytester.path / ".kernelfix" / bug["patch"]).read_text()
     assert "+    y = x * factor\n" in patch and "+ 1.0" not in patch
 
@@ -125,6 +127,19 @@ def test_kernel_error_is_surfaced_and_healed_by_recipe(pytester: pytest.Pytester
     assert bug["error"] == "AttributeError: module 'triton.language' has no attribute 'tanh'"
     assert bug["status"] == "healed", bug["reason"]
     assert bug["round_details"][0]["source"].startswith("recipe")
+
+
+def test_a_plugin_loaded_by_module_name_heals_and_its_reruns_do_not_load_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not installed (entry points off): ``-p pytest_kernelfix.plugin`` loads it. Reruns
+    must not carry that option along: their agent stands in for the plugin."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    make_project(pytester, bug="tanh")
+    result = heal(pytester, "-p", "pytest_kernelfix.plugin")
+    result.assert_outcomes(failed=5)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed", bug["reason"]
 
 
 def test_non_kernel_failures_and_passing_tests_are_left_alone(pytester: pytest.Pytester) -> None:

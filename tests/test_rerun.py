@@ -10,10 +10,10 @@ import sys
 import sysconfig
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rerun_helpers import MODES, make_sandbox, spec_for, write_files
 
 from pytest_kernelfix.rerun import (
     PLAN_ENV,
@@ -32,40 +32,7 @@ from pytest_kernelfix.rerun import (
 from pytest_kernelfix.rerun_plan import DevicePlan, RerunPlan
 from pytest_kernelfix.sandbox import Sandbox
 
-
-def write_files(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
-
-
-INTERPRET = DevicePlan(interpret=True)
-
-
-def spec_for(
-    sandbox: Sandbox, *nodeids: str, timeout: float = 60.0, device: DevicePlan = INTERPRET,
-    **setup: object,
-) -> RerunSpec:
-    return RerunSpec(RerunSetup(sandbox.source, timeout, device, **setup),  # type: ignore[arg-type]
-                     sandbox.root, tuple(nodeids))
-
-
-@pytest.fixture
-def sandboxed(tmp_path: Path) -> Iterator[tuple[Path, list[Sandbox]]]:
-    """A project directory and a list that sandboxes are closed from afterwards."""
-    sandboxes: list[Sandbox] = []
-    yield tmp_path / "proj", sandboxes
-    for sandbox in sandboxes:
-        sandbox.close()
-
-
-def make_sandbox(root: Path, sandboxes: list[Sandbox], files: dict[str, str]) -> Sandbox:
-    write_files(root, files)
-    sandbox = Sandbox.create(root)
-    sandboxes.append(sandbox)
-    return sandbox
+pytest_plugins = ("rerun_helpers",)
 
 
 # -- pure functions ---------------------------------------------------------------------
@@ -223,12 +190,16 @@ OUTCOMES = """
 """
 
 
-def test_outcomes_of_every_kind_are_read_back(sandboxed: tuple[Path, list[Sandbox]]) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_outcomes_of_every_kind_are_read_back(
+    sandboxed: tuple[Path, list[Sandbox]], mode: str
+) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"tests/test_kinds.py": OUTCOMES})
     names = ["pass", "fail", "error", "teardown_error", "skip", "xfail", "xpass"]
     nodeids = [f"tests/test_kinds.py::test_{name}" for name in names]
-    result = run_tests(spec_for(sandbox, *nodeids))
+    result = run_tests(spec_for(sandbox, *nodeids, mode=mode))
+    assert result.mode == mode and result.fallback == ""
     got = {o.nodeid.rpartition("::test_")[2]: (o.outcome, o.phase) for o in result.outcomes}
     assert got == {
         "pass": ("passed", "call"), "fail": ("failed", "call"), "error": ("error", "setup"),
@@ -293,9 +264,10 @@ SPAWNS = """
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("hang", [300, 0], ids=["timeout", "finished"])
 def test_no_process_of_the_rerun_outlives_it(
-    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, hang: int
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, hang: int, mode: str
 ) -> None:
     """On timeout the whole group is killed; after a normal exit, what it left behind."""
     root, sandboxes = sandboxed
@@ -303,8 +275,9 @@ def test_no_process_of_the_rerun_outlives_it(
     pids_file = tmp_path / "pids"
     start = time.monotonic()
     result = run_tests(spec_for(sandbox, "test_spawn.py::test_spawns",
-                                timeout=8.0 if hang else 60.0,
+                                timeout=8.0 if hang else 60.0, mode=mode,
                                 env={"KFX_PIDS": str(pids_file), "KFX_HANG": str(hang)}))
+    assert result.mode == mode
     assert time.monotonic() - start < 30
     if hang:
         assert result.timed_out and result.crash_reason == "" and result.signal == ""
@@ -320,12 +293,13 @@ def test_no_process_of_the_rerun_outlives_it(
     assert not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     ("body", "signame"),
     [("os.abort()", "SIGABRT"), ("ctypes.string_at(0)", "SIGSEGV")],
 )
 def test_a_crashing_test_gives_a_crash_reason(
-    sandboxed: tuple[Path, list[Sandbox]], body: str, signame: str
+    sandboxed: tuple[Path, list[Sandbox]], body: str, signame: str, mode: str
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_crash.py": f"""
@@ -342,7 +316,8 @@ def test_a_crashing_test_gives_a_crash_reason(
     """})
     nodeids = ["test_crash.py::test_before", "test_crash.py::test_crash",
                "test_crash.py::test_after"]
-    result = run_tests(spec_for(sandbox, *nodeids))
+    result = run_tests(spec_for(sandbox, *nodeids, mode=mode))
+    assert result.mode == mode
     assert result.returncode == -getattr(signal, signame)
     assert result.signal == signame and not result.timed_out
     assert result.running == "test_crash.py::test_crash"
@@ -351,12 +326,14 @@ def test_a_crashing_test_gives_a_crash_reason(
     assert [o.nodeid for o in result.outcomes] == ["test_crash.py::test_before"]  # incremental
     assert result.missing(nodeids) == tuple(nodeids[1:])
     assert "test_crash" in result.output  # faulthandler's traceback
-    again = run_tests(spec_for(sandbox, "test_crash.py::test_after"))  # the loop goes on
-    assert again.passed(["test_crash.py::test_after"])
+    again = run_tests(spec_for(sandbox, "test_crash.py::test_after", mode=mode))
+    assert again.passed(["test_crash.py::test_after"]) and again.mode == mode  # it goes on
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_parent_environment_does_not_configure_the_child(
-    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    mode: str,
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_env.py": """
@@ -376,7 +353,8 @@ def test_parent_environment_does_not_configure_the_child(
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     monkeypatch.setenv("COV_CORE_SOURCE", "src")
     result = run_tests(spec_for(sandbox, "test_env.py::test_fails_first",
-                                "test_env.py::test_env_is_clean"))
+                                "test_env.py::test_env_is_clean", mode=mode))
+    assert result.mode == mode
     assert [o.outcome for o in result.outcomes] == ["failed", "passed"]  # no -x
     assert not junit.exists()
     assert not list(sandbox.root.rglob("__pycache__"))
@@ -463,12 +441,14 @@ ADD_KERNEL = """
 """
 
 
+def add_project(tests: str) -> dict[str, str]:
+    """A package with ``add_kernel`` and a test module using it."""
+    return {"kernels/__init__.py": "", "kernels/add.py": ADD_KERNEL, "tests/test_add.py": tests}
+
+
 def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbox]]) -> None:
     root, sandboxes = sandboxed
-    sandbox = make_sandbox(root, sandboxes, {
-        "kernels/__init__.py": "",
-        "kernels/add.py": ADD_KERNEL,
-        "tests/test_add.py": """
+    sandbox = make_sandbox(root, sandboxes, add_project("""
             import torch
             from kernels.add import add
 
@@ -479,8 +459,7 @@ def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbo
 
             def test_no_kernel():
                 assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
-        """,
-    })
+        """))
     result = run_tests(spec_for(sandbox, "tests/test_add.py::test_add_twice",
                                 "tests/test_add.py::test_no_kernel"))
     twice, none = result.outcomes
@@ -561,13 +540,14 @@ def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     return python, src, mapped
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     ("project", "module", "relpath"),
     [("src", "kfx_src_pkg", "src/kfx_src_pkg/__init__.py"),
      ("mapped", "kfx_mapped_pkg", "code/__init__.py")],
 )
 def test_an_editable_install_imports_the_sandbox_copy(
-    editable_venv: tuple[Path, Path, Path], project: str, module: str, relpath: str
+    editable_venv: tuple[Path, Path, Path], project: str, module: str, relpath: str, mode: str
 ) -> None:
     python, src, mapped = editable_venv
     root = src if project == "src" else mapped
@@ -580,8 +560,9 @@ def test_an_editable_install_imports_the_sandbox_copy(
         assert unmapped.stdout.strip() == "original"
         nodeids = ["tests/test_value.py::test_child_imports_the_sandbox",
                    "tests/test_value.py::test_grandchild_imports_the_sandbox"]
-        result = run_tests(spec_for(sandbox, *nodeids), python=str(python))
+        result = run_tests(spec_for(sandbox, *nodeids, mode=mode), python=str(python))
         assert result.passed(nodeids), result.output
+        assert result.mode == mode, result.fallback
         mapping = result.extra["import_mapping"]
         assert isinstance(mapping, dict)
         if project == "mapped":
@@ -591,8 +572,9 @@ def test_an_editable_install_imports_the_sandbox_copy(
     assert (root / relpath).read_text() == 'VALUE = "original"\n'
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_an_absolute_pythonpath_entry_is_mapped_to_the_sandbox(
-    sandboxed: tuple[Path, list[Sandbox]], monkeypatch: pytest.MonkeyPatch
+    sandboxed: tuple[Path, list[Sandbox]], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {
@@ -603,6 +585,34 @@ def test_an_absolute_pythonpath_entry_is_mapped_to_the_sandbox(
     monkeypatch.setenv("PYTHONPATH", str(root / "lib"))
     nodeids = ["tests/test_value.py::test_child_imports_the_sandbox",
                "tests/test_value.py::test_grandchild_imports_the_sandbox"]
-    result = run_tests(spec_for(sandbox, *nodeids))
+    result = run_tests(spec_for(sandbox, *nodeids, mode=mode))
     assert result.passed(nodeids), result.output
+    assert result.mode == mode
     assert (root / "lib/kfx_helper.py").read_text() == 'VALUE = "original"\n'
+
+
+def test_gate_cache_hits_are_counted_across_sandboxes(
+    sandboxed: tuple[Path, list[Sandbox]],
+) -> None:
+    """Workers' sandboxes (and later sessions) share the gate's verdicts: the first rerun
+    compiles the kernel, a rerun in another sandbox copy finds it in the cache."""
+    root, sandboxes = sandboxed
+    first = make_sandbox(root, sandboxes, add_project("""
+            import torch
+            from kernels.add import add
+
+            def test_add():
+                x, y = torch.arange(100.0), torch.ones(100)
+                assert torch.equal(add(x, y), x + 1)
+        """))
+    second = Sandbox.create(root)
+    sandboxes.append(second)
+    device = DevicePlan(interpret=True, cuda_shim=False, capability=(9, 0),
+                        gate_target="cuda:90", cache_dir=str(root.parent / "cache"))
+    nodeid = "tests/test_add.py::test_add"
+    cold, warm = (run_tests(spec_for(sandbox, nodeid, device=device))
+                  for sandbox in (first, second))
+    for result in (cold, warm):
+        assert result.passed([nodeid]), result.output
+    assert cold.compile_cache == (0, 1)
+    assert warm.compile_cache == (1, 1)

@@ -95,7 +95,8 @@ def test_an_unreadable_plan_file_is_a_plan_error(tmp_path: Path) -> None:
 def test_carried_args_keep_plugins_warnings_and_strictness_only() -> None:
     args = ["tests/", "-k", "gelu", "-p", "xdist", "-pno:randomly", "-W", "error",
             "--import-mode=importlib", "-o", "addopts=-x", "-o", "xfail_strict=true",
-            "--strict-markers", "-p", "kernelfix", "--junitxml", "out.xml", "-x"]
+            "--strict-markers", "-p", "kernelfix", "--junitxml", "out.xml", "-x",
+            "-p", "pytest_kernelfix.plugin", "-ppytest_kernelfix.plugin"]
     assert carried_args(args) == (
         "-p", "xdist", "-p", "no:randomly", "-W", "error", "--import-mode", "importlib",
         "-o", "xfail_strict=true", "--strict-markers",

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
 from pytest_kernelfix.guards import build_guard
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.report import SessionReport
 from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome
 from pytest_kernelfix.rerun_plan import DevicePlan
 from pytest_kernelfix.workflow import SessionInputs, Stages, run_healing
@@ -123,8 +127,14 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
     # baseline first (failing tests + the regression set), then one run per candidate, then
     # the winner's sensitivity rerun of the failing tests (this fake poisons nothing, so the
     # NaN run measures nothing and the scrambled run is not made)
-    assert [(spec.nodeids, spec.poison) for spec in runner.specs] == [
-        ((*NODEIDS, REGRESSION), "")] * 3 + [(NODEIDS, "nan")]
+    # (failing tests first, stopping at the first that still fails; the regression set only
+    # once they pass)
+    assert [(spec.nodeids, spec.stop_early, spec.poison) for spec in runner.specs] == [
+        ((*NODEIDS, REGRESSION), False, ""),
+        (NODEIDS, True, ""),  # round 1: still failing, the regression set is not run
+        (NODEIDS, True, ""), ((REGRESSION,), False, ""),  # round 2: both reruns
+        (NODEIDS, False, "nan"),
+    ]
     assert "sensitivity not measured" in bug.result.rounds[-1].outcome
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
 
@@ -189,3 +199,159 @@ def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
                                                           runner=FakeRunner()))
     assert report.bugs[0].applied == ("kernels/ops.py",)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL.replace(BUG, FIX)
+
+
+# -- several bugs: parallel workers, chains of bugs that share a file ------------------------
+
+LETTERS = ("a", "b", "c", "d")
+#: Bug c launches kernels of a.py and c.py: it shares a.py with bug a, so a and c form one
+#: chain, healed in order by one worker; b and d heal beside them.
+LAUNCHED = {"a": ("a",), "b": ("b",), "c": ("a", "c"), "d": ("d",)}
+
+
+def many_bugs(root: Path) -> tuple[Failure, ...]:
+    (root / "kernels" / "ops.py").unlink()
+    for letter in LETTERS:
+        (root / "kernels" / f"{letter}.py").write_text(KERNEL.replace("scale_", f"{letter}_"))
+    failures = []
+    for letter in LETTERS:
+        test = str(root / "tests" / f"test_{letter}.py")
+        launches = tuple(KernelLaunch(f"{k}_kernel", str(root / "kernels" / f"{k}.py"), 1)
+                         for k in LAUNCHED[letter])
+        frames = (Frame(test, 2, f"test_{letter}", "assert_close(...)"),)
+        error = ErrorInfo("AssertionError", f"Mismatched elements: 3 / 8 ({letter})", frames)
+        failures.append(Failure(f"tests/test_{letter}.py::test_{letter}", test, error,
+                                "longrepr", launches))
+    return tuple(failures)
+
+
+def letter_of(nodeid: str) -> str:
+    return nodeid.rpartition("::test_")[2]
+
+
+class ParallelRunner:
+    """Judges each bug by its own kernel file, and records which reruns overlapped."""
+
+    def __init__(self, parallel: bool) -> None:
+        self.lock = threading.Lock()
+        self.running: set[str] = set()
+        self.overlaps: set[frozenset[str]] = set()
+        self.log: list[tuple[str, str, Path]] = []  # (event, letter, sandbox)
+        # the baselines of a and b wait for each other: only parallel workers get past
+        self.barrier = threading.Barrier(2, timeout=20) if parallel else None
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        letter = letter_of(spec.nodeids[0])
+        with self.lock:
+            first = not any(e == "start" and x == letter for e, x, _ in self.log)
+            self.log.append(("start", letter, spec.sandbox_root))
+            self.running.add(letter)
+            if len(self.running) > 1:
+                self.overlaps.add(frozenset(self.running))
+        if self.barrier is not None and first and letter in "ab":
+            self.barrier.wait()
+        time.sleep(0.02)
+        fixed = FIX in (spec.sandbox_root / "kernels" / f"{letter}.py").read_text()
+        with self.lock:
+            self.running.discard(letter)
+            self.log.append(("end", letter, spec.sandbox_root))
+        return RerunResult(tuple(TestOutcome(n, "passed" if fixed else "failed", "call",
+                                             launch_count=1) for n in spec.nodeids),
+                           returncode=0 if fixed else 1)
+
+
+class PerBugAnswers:
+    """Round 1 misses, round 2 fixes the bug's own file; safe to call from threads."""
+
+    name = "scripted"
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        letter = letter_of(request.context.nodeids[0])
+        new = "    y = x - factor\n" if request.round == 1 else FIX
+        old = BUG if request.round == 1 else "    y = x - factor\n"
+        return Proposal((Modification(old, new, file=f"kernels/{letter}.py"),),
+                        source="scripted")
+
+
+def heal_many(root: Path, workers: int) -> tuple[SessionReport, ParallelRunner, list[str]]:
+    session = inputs(root, workers=workers)
+    session = replace(session, failures=many_bugs(root), passed=())
+    runner = ParallelRunner(parallel=workers > 1)
+    lines: list[str] = []
+    report = run_healing(session, Stages(fixer=PerBugAnswers(), runner=runner,
+                                         progress=lines.append))
+    return report, runner, lines
+
+
+def test_bugs_heal_in_parallel_with_the_patches_and_order_of_a_sequential_session(
+    tmp_path: Path,
+) -> None:
+    roots = []
+    for name in ("one", "two"):
+        (tmp_path / name / "kernels").mkdir(parents=True)
+        (tmp_path / name / "kernels" / "ops.py").write_text(KERNEL)
+        (tmp_path / name / "tests").mkdir()
+        roots.append(tmp_path / name)
+    sequential, one, _ = heal_many(roots[0], workers=1)
+    parallel, two, lines = heal_many(roots[1], workers=2)
+
+    ids = [bug.group.id for bug in sequential.bugs]
+    assert [bug.group.id for bug in parallel.bugs] == ids  # grouping order, both ways
+    assert [letter_of(bug.group.nodeids[0]) for bug in parallel.bugs] == list(LETTERS)
+    assert all(bug.result.status == "healed" for bug in parallel.bugs)
+    for bug in sequential.bugs:
+        assert (roots[0] / ".kernelfix" / bug.patch_file).read_text() == (
+            roots[1] / ".kernelfix" / bug.patch_file).read_text()
+    assert one.overlaps == set()  # one worker: one rerun at a time
+    assert frozenset("ab") in two.overlaps
+    assert not any({"a", "c"} <= overlap for overlap in two.overlaps)  # a chain stays in order
+    ends_of_a = max(i for i, (e, x, _) in enumerate(two.log) if e == "end" and x == "a")
+    assert min(i for i, (e, x, _) in enumerate(two.log) if x == "c") > ends_of_a
+    assert len({box for e, x, box in two.log if x in "ac"}) == 1  # one sandbox per chain
+    assert len({box for _, _, box in two.log}) == 2  # one per worker
+    report = json.loads((roots[1] / ".kernelfix" / "report.json").read_text())
+    assert report["reruns"]["workers"] == 2 and sequential.workers == 1
+    assert [bug["reruns"]["count"] for bug in report["bugs"]] == [3, 3, 3, 3]  # base + 2
+    assert report["reruns"]["count"] == 12 == len(two.log) // 2
+    rounds = [line for line in lines if "round " in line]
+    assert rounds and all(line.split(": ", 1)[0] in ids for line in rounds)  # named bugs
+    markdown = (roots[1] / ".kernelfix" / "report.md").read_text()
+    assert "Sandbox reruns: 12 (subprocess), " in markdown and ", 2 worker(s)." in markdown
+
+
+def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    session = inputs(root, workers=0)  # auto: one worker per visible GPU
+    session = replace(session, failures=many_bugs(root), passed=(),
+                      setup=RerunSetup(root, 10.0, DevicePlan(interpret=False)))
+    seen: dict[str, set[str]] = {}
+    runner = ParallelRunner(parallel=True)
+
+    def pinned(spec: RerunSpec) -> RerunResult:
+        gpu = spec.setup.env["CUDA_VISIBLE_DEVICES"]
+        seen.setdefault(letter_of(spec.nodeids[0]), set()).add(gpu)
+        return runner(spec)
+
+    report = run_healing(session, Stages(fixer=PerBugAnswers(), runner=pinned))
+    assert report.workers == 2
+    assert all(len(gpus) == 1 for gpus in seen.values())  # a bug stays on its worker's GPU
+    assert set().union(*seen.values()) == {"3", "5"}
+    assert seen["a"] == seen["c"]  # one chain, one worker
+
+
+def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run(root: Path) -> None:
+    from pytest_kernelfix.sandbox import Sandbox
+    from pytest_kernelfix.verify import Verifier
+
+    nodeids = ("t.py::a", "t.py::b", "t.py::c")
+    with Sandbox.create(root) as sandbox:
+        verifier = Verifier(sandbox, RerunSetup(root, 10.0, DevicePlan(interpret=True)), nodeids)
+        stopped = RerunResult((TestOutcome("t.py::a", "passed", "call", launch_count=1),
+                               TestOutcome("t.py::b", "failed", "call")), returncode=1)
+        verdict = verifier.judge(stopped, regression=())
+    assert verdict.kind == "failing"
+    assert verdict.summary == ("1 of 3 failing tests still fail (1 not run: the rerun stops at "
+                               "the first that still fails)")
+    assert "t.py::b: failed" in verdict.feedback and "t.py::c" not in verdict.feedback

@@ -8,6 +8,8 @@ programs), so a session and its reruns stay fast on the Triton interpreter.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 KERNEL = '''"""Scale a vector: out = x * factor."""
@@ -86,3 +88,18 @@ def report(root: Path, report_dir: str = ".kernelfix") -> dict[str, dict]:  # ty
     """report.json's bugs by kernel name (``k1`` for ``k1_kernel``)."""
     data = json.loads((root / report_dir / "report.json").read_text())
     return {bug["kernel"].removesuffix("_kernel"): bug for bug in data["bugs"]}
+
+
+def expected_rerun_mode() -> str:
+    """How this test run's sessions rerun: ``KERNELFIX_RERUN=subprocess`` (or fork where it
+    is not the default) runs the hostile and fault suites the other way."""
+    chosen = os.environ.get("KERNELFIX_RERUN", "auto")
+    if chosen == "subprocess" or (chosen == "auto" and not sys.platform.startswith("linux")):
+        return "subprocess"
+    return "fork"
+
+
+def rerun_mode(root: Path, report_dir: str = ".kernelfix") -> str:
+    """How the session's reruns started, from report.json (fallbacks spelt out)."""
+    reruns = json.loads((root / report_dir / "report.json").read_text())["reruns"]
+    return f"{reruns['mode']}{' ' + str(reruns['fallbacks']) if reruns['fallbacks'] else ''}"

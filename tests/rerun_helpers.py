@@ -1,0 +1,53 @@
+"""Helpers for tests that run real reruns: a project on disk, its sandbox, a spec.
+
+Use the :func:`sandboxed` fixture with ``pytest_plugins = ("rerun_helpers",)`` in a test
+module. The module holds no assertions (PYTEST_DONT_REWRITE).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelfix.rerun import RerunSetup, RerunSpec
+from pytest_kernelfix.rerun_plan import DevicePlan
+from pytest_kernelfix.sandbox import Sandbox
+
+INTERPRET = DevicePlan(interpret=True)
+#: Both ways a rerun child starts; tests of the guarantees every rerun keeps run in both.
+MODES = ("fork", "subprocess")
+
+
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def spec_for(
+    sandbox: Sandbox, *nodeids: str, timeout: float = 60.0, device: DevicePlan = INTERPRET,
+    **setup: object,
+) -> RerunSpec:
+    return RerunSpec(RerunSetup(sandbox.source, timeout, device, **setup),  # type: ignore[arg-type]
+                     sandbox.root, tuple(nodeids))
+
+
+@pytest.fixture
+def sandboxed(tmp_path: Path) -> Iterator[tuple[Path, list[Sandbox]]]:
+    """A project directory and a list that sandboxes are closed from afterwards."""
+    sandboxes: list[Sandbox] = []
+    yield tmp_path / "proj", sandboxes
+    for sandbox in sandboxes:
+        sandbox.close()
+
+
+def make_sandbox(root: Path, sandboxes: list[Sandbox], files: dict[str, str]) -> Sandbox:
+    write_files(root, files)
+    sandbox = Sandbox.create(root)
+    sandboxes.append(sandbox)
+    return sandbox

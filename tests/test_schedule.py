@@ -1,0 +1,52 @@
+"""Which bugs heal together and on how many workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kernelfix.capture import Failure
+from pytest_kernelfix.failure import ErrorInfo
+from pytest_kernelfix.grouping import BugGroup
+from pytest_kernelfix.schedule import (
+    chains,
+    cpu_count,
+    visible_gpus,
+    worker_count,
+    worker_env,
+)
+
+
+def group(name: str, *files: str) -> BugGroup:
+    failure = Failure(f"t.py::{name}", "t.py", ErrorInfo("E", "m"), "")
+    return BugGroup(name, name, "sig", files, (failure,))
+
+
+def test_bugs_that_share_a_file_even_through_another_bug_form_one_chain() -> None:
+    groups = [group("a", "k/a.py"), group("b", "k/b.py"), group("c", "k/c.py", "k/a.py"),
+              group("d", "k/d.py", "k/c.py"), group("e"), group("f", "k/f.py")]
+    assert chains(groups) == [[0, 2, 3], [1], [4], [5]]
+    assert chains([]) == []
+
+
+def test_worker_count_defaults_to_one_per_gpu_or_half_the_cores() -> None:
+    assert worker_count(3, "interpret") == 3 and worker_count(3, "cuda", ("0",)) == 3
+    assert worker_count(0, "cuda", ("0", "1", "2")) == 3
+    assert worker_count(0, "cuda", ()) == 1
+    assert worker_count(0, "interpret") == max(1, cpu_count() // 2)
+
+
+def test_visible_gpus_come_from_the_environment_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3,"}) == ("2", "3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}) == ("GPU-1a2b",)
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert visible_gpus({}) == ("0", "1")
+
+
+def test_each_worker_is_pinned_to_its_own_gpu_only_when_several_share_them() -> None:
+    gpus = ("3", "5")
+    assert [worker_env(w, gpus, 2) for w in range(2)] == [
+        {"CUDA_VISIBLE_DEVICES": "3"}, {"CUDA_VISIBLE_DEVICES": "5"}]
+    assert worker_env(2, gpus, 3) == {"CUDA_VISIBLE_DEVICES": "3"}  # more workers than GPUs
+    assert worker_env(0, gpus, 1) == {} and worker_env(0, (), 2) == {}
