@@ -27,7 +27,7 @@ class Option:
     name: str
     help: str
     default: Any
-    kind: str = "string"  # string | int | float | bool | lines | choice
+    kind: str = "string"  # string | int | float | usd | bool | lines | choice
     choices: tuple[str, ...] = ()
     env: str = ""
     metavar: str = ""
@@ -79,7 +79,21 @@ OPTIONS: tuple[Option, ...] = (
            "the sandbox copy", (), "lines"),
     Option("kernelfix_paths", "Glob patterns (relative to the rootdir) of the only files "
            "edits may touch", (), "lines"),
+    Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
+           "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
+           env="KERNELFIX_CACHE_DIR", metavar="DIR"),
+    Option("kernelfix_no_cache", "Ask the model again: neither read nor write cached answers",
+           False, "bool"),
+    Option("kernelfix_max_cost", "Stop asking the model once the session spent this many US "
+           "dollars; the remaining bugs are reported skipped (default: 0, no cap)", 0.0, "usd",
+           metavar="USD"),
+    Option("kernelfix_max_tokens", "Stop asking the model once the session used this many "
+           "tokens, prompt and completion; the remaining bugs are reported skipped (default: 0, "
+           "no cap)", 0, "int", metavar="N"),
 )
+
+#: Boolean options given as a bare flag (``--kernelfix``); the others take ``on|off``.
+FLAGS = ("kernelfix", "kernelfix_apply", "kernelfix_no_cache")
 
 _BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -100,7 +114,7 @@ def add_options(parser: pytest.Parser) -> None:
     for option in OPTIONS:
         if option.kind == "lines":
             continue  # lists live in the ini file only
-        if option.kind == "bool" and option.name in ("kernelfix", "kernelfix_apply"):
+        if option.kind == "bool" and option.name in FLAGS:
             group.addoption(option.flag, action="store_true", default=None, dest=option.dest,
                             help=option.help)
         elif option.kind == "bool":
@@ -136,6 +150,11 @@ def _convert(option: Option, value: Any) -> Any:
             if seconds <= 0:
                 raise ValueError
             return seconds
+        if option.kind == "usd":
+            dollars = float(str(value).strip().removeprefix("$"))
+            if not dollars >= 0 or dollars == float("inf"):  # also refuses nan
+                raise ValueError
+            return dollars
         if option.kind == "bool":
             if isinstance(value, bool):
                 return value
@@ -157,6 +176,7 @@ def _convert(option: Option, value: Any) -> Any:
         expected = {
             "int": "a whole number >= 0",
             "float": "a number of seconds > 0",
+            "usd": "an amount of US dollars >= 0 (0: no cap)",
             "bool": "true or false",
             "choice": " | ".join(option.choices),
         }.get(option.kind, "a string")
@@ -208,6 +228,15 @@ class Settings:
     sandbox_exclude: tuple[str, ...]
     paths: tuple[str, ...]
     rootdir: Path
+    cache_dir: Path | None = None
+    no_cache: bool = False
+    max_cost: float = 0.0
+    max_tokens: int = 0
+
+    @property
+    def cache_root(self) -> Path:
+        """Where answers and compile-gate results are cached (``<report dir>/cache`` unset)."""
+        return self.cache_dir if self.cache_dir is not None else self.report_dir / "cache"
 
 
 def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
@@ -245,6 +274,10 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         sandbox_exclude=value("kernelfix_sandbox_exclude"),
         paths=value("kernelfix_paths"),
         rootdir=rootdir,
+        cache_dir=path_or_none("kernelfix_cache_dir"),
+        no_cache=bool(value("kernelfix_no_cache")),
+        max_cost=value("kernelfix_max_cost"),
+        max_tokens=value("kernelfix_max_tokens"),
     )
 
 
