@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -22,6 +22,8 @@ from pytest_kernelfix.capture import Failure, PassedTest
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.context import build_context
 from pytest_kernelfix.fixers.base import Fixer
+from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
+from pytest_kernelfix.github import write_suggestions
 from pytest_kernelfix.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.heal import heal
 from pytest_kernelfix.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
@@ -113,8 +115,11 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     groups = group_failures(inputs.failures, project)
     results: list[tuple[BugGroup, HealResult]] = []
     exclude = list(settings.sandbox_exclude)
-    if settings.report_dir.is_relative_to(project.root):
-        exclude.append(settings.report_dir.relative_to(project.root).as_posix())
+    for folder in (settings.report_dir, settings.cache_root):
+        if folder.is_relative_to(project.root):
+            exclude.append(folder.relative_to(project.root).as_posix())
+    budget = Budget(settings.max_cost, settings.max_tokens)
+    stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
     sandbox: Sandbox | None = None
     progress = stages.progress
     try:
@@ -123,6 +128,10 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
                 results.append((group, _skipped(
                     group, f"over the limit of {settings.max_groups} bugs per session "
                            "(--kernelfix-max-groups)")))
+                continue
+            spent = budget.exhausted()
+            if spent:
+                results.append((group, _skipped(group, spent)))
                 continue
             progress(f"healing {group.id} ({len(group.nodeids)} test(s); "
                      f"{', '.join(group.editable) or 'no editable file'})")
@@ -222,6 +231,9 @@ def finish(
             model=settings.model,
             seconds=seconds,
             notes=inputs.notes,
+            max_cost=settings.max_cost,
+            max_tokens=settings.max_tokens,
         )
         write_reports(report)
+        write_suggestions(report)
     return report
