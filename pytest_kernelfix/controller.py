@@ -8,6 +8,7 @@ summary. It never changes a test outcome or the exit status.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -38,7 +39,7 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
         original_root=settings.rootdir,
         timeout=settings.timeout,
         device=device_plan(device=device, cuda_shim=settings.cuda_shim,
-                           target=settings.target, cache_dir=settings.report_dir / "cache"),
+                           target=settings.target, cache_dir=settings.cache_root),
         addopts=tuple(config.getini("addopts")),
         inifile=config.inipath,
         extra_args=carried_args(config.invocation_params.args),
@@ -60,6 +61,7 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
             num_retries=settings.llm_retries,
             prompts_dir=settings.prompts_dir,
             record=settings.record,
+            cache_dir=None if settings.no_cache else settings.cache_root,
         )
     except (ValueError, OSError, FixerError) as error:
         configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
@@ -84,6 +86,15 @@ class HealingController:
         self.report: SessionReport | None = None
         self.error = ""
         self._progress_shown = False
+        self.annotations: list[str] = []  # GitHub workflow commands, printed in the summary
+        self.ci_notes: list[str] = []  # about the CI outputs, written after the report
+        xmlpath = getattr(config.option, "xmlpath", None)
+        if xmlpath:
+            from pytest_kernelfix.junit import JUnitProperties
+
+            config.pluginmanager.register(JUnitProperties(
+                xmlpath, str(getattr(config.option, "junitprefix", None) or ""),
+                lambda: self.report, self.ci_notes.append), "kernelfix-junit")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -117,6 +128,20 @@ class HealingController:
 
             self.error = redact(
                 f"healing stopped by an internal error: {type(error).__name__}: {error}")
+            return
+        self.publish_to_github()
+
+    def publish_to_github(self) -> None:
+        """In GitHub Actions: the step summary now, the annotations with the summary."""
+        from pytest_kernelfix.github import publish
+
+        if self.report is None:
+            return
+        try:
+            self.annotations, notes = publish(self.report, os.environ)
+        except OSError as error:
+            notes = [f"GitHub outputs not written: {error}"]
+        self.ci_notes.extend(notes)
 
     def inputs(self) -> SessionInputs:
         """The session's failures, passes and notes, and how reruns are made."""
@@ -167,3 +192,7 @@ class HealingController:
                 terminalreporter.write_line(f"note: {note}")
         if self.error:
             terminalreporter.write_line(self.error, red=True)
+        for note in self.ci_notes:
+            terminalreporter.write_line(f"note: {note}")
+        for line in self.annotations:  # GitHub reads workflow commands from the log
+            terminalreporter.write_line(line)
