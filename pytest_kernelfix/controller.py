@@ -139,8 +139,8 @@ class HealingController:
             return
         try:
             self.annotations, notes = publish(self.report, os.environ)
-        except OSError as error:
-            notes = [f"GitHub outputs not written: {error}"]
+        except Exception as error:  # like healing, never a crash at session end
+            notes = [f"GitHub outputs not written: {type(error).__name__}: {error}"]
         self.ci_notes.extend(notes)
 
     def inputs(self) -> SessionInputs:
