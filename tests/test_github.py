@@ -17,12 +17,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from factories import make_bug_report
 from hostile.project import BUG, FIX, fix_answer, write_project
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_kernelfix.capture import Failure
-from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.github import (
     SUMMARY_LIMIT,
     Hunk,
@@ -36,10 +35,8 @@ from pytest_kernelfix.github import (
     repository_root,
     workflow_command,
 )
-from pytest_kernelfix.grouping import BugGroup
-from pytest_kernelfix.launches import KernelLaunch
-from pytest_kernelfix.outcomes import HEALED, UNHEALED, HealResult
-from pytest_kernelfix.report import BugReport, SessionReport, apply_command
+from pytest_kernelfix.outcomes import HEALED, UNHEALED
+from pytest_kernelfix.report import SessionReport, apply_command
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "rdjson.schema.json").read_text())
 COMMAND = re.compile(r"^::(?P<command>[a-z]+) (?P<properties>[^:]*)::(?P<message>.*)$")
@@ -174,21 +171,6 @@ def test_the_summary_is_appended_and_cut_to_githubs_limit(tmp_path: Path) -> Non
 # --- rdjson, from a report built in memory ------------------------------------------------
 
 
-def bug_report(root: Path, name: str, original: str, final: str, status: str) -> BugReport:
-    path = f"kernels/{name}.py"
-    failure = Failure(
-        f"tests/test_{name}.py::test_{name}", str(root / "tests" / f"test_{name}.py"),
-        ErrorInfo("AssertionError", "Tensor-likes are not close!",
-                  (Frame(str(root / "tests" / f"test_{name}.py"), 9, f"test_{name}"),)),
-        "longrepr", (KernelLaunch(f"{name}_kernel", str(root / path), 4),))
-    group = BugGroup(f"{name}_kernel-assertionerror-abc123", f"{name}_kernel", "sig", (path,),
-                     (failure,))
-    healed = status == HEALED
-    result = HealResult(group.id, status, "healed in round 1" if healed else "not healed",
-                        original={path: original}, final={path: final} if healed else {})
-    return BugReport(group, result, f"{group.id}.patch" if healed else "")
-
-
 def test_rdjson_holds_one_suggestion_per_change_and_validates(tmp_path: Path) -> None:
     root = tmp_path / "repo" / "project"
     (root / "kernels").mkdir(parents=True)
@@ -201,8 +183,8 @@ def test_rdjson_holds_one_suggestion_per_change_and_validates(tmp_path: Path) ->
         (root / "kernels" / f"{name}.py").write_text(text)
     (root / "tests" / "test_k2.py").write_text("\n" * 20)
     report = SessionReport(
-        (bug_report(root, "k1", original, final, HEALED),
-         bug_report(root, "k2", original, original, UNHEALED)),
+        (make_bug_report(root, "k1", original, final, HEALED),
+         make_bug_report(root, "k2", original, original, UNHEALED)),
         root, root / ".kernelfix", "report", "interpret", "recipes", 1.0)
 
     document = rdjson(report, repository_root(root, {}))

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from settings_factory import make_settings
+from factories import make_settings
 
 from pytest_kernelfix.capture import Failure, PassedTest
 from pytest_kernelfix.engine.parse import Modification
