@@ -10,9 +10,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from factories import make_bug_report
 from kernel_project import BUGS, GOOD_LINE, answer, make_project, report_of, write_cassette
 
-from pytest_kernelfix.junit import add_properties, junit_names
+from pytest_kernelfix.junit import JUnitProperties, add_properties, junit_names
+from pytest_kernelfix.outcomes import UNHEALED
+from pytest_kernelfix.report import SessionReport
 
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
 RECORDED = """
@@ -85,3 +88,19 @@ def test_names_match_what_junitxml_writes_and_other_cases_are_untouched(tmp_path
     assert properties(cases["tests.test_ops::test_a"]) == {"kernelfix_bug": "b?"}
     assert cases["tests.test_ops::test_b"].find("properties") is None
     assert junit.read_text().startswith('<?xml version="1.0" encoding="utf-8"?><testsuites>')
+
+
+def test_a_junit_file_that_cannot_be_read_is_left_alone_with_a_note(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text("<testsuites><testsuite>")  # cut short
+    bug = make_bug_report(tmp_path, "k1", "x = 1\n", "x = 1\n", UNHEALED)
+    report = SessionReport((bug,), tmp_path, tmp_path / ".kernelfix", "report", "interpret",
+                           "recipes", 1.0)
+    notes: list[str] = []
+    hook = JUnitProperties(str(junit), "", lambda: report, notes.append).pytest_sessionfinish()
+    next(hook)  # junitxml writes the file here
+    with pytest.raises(StopIteration):
+        hook.send(None)
+    assert junit.read_text() == "<testsuites><testsuite>"
+    (note,) = notes
+    assert note.startswith(f"the JUnit report {junit} was left without kernelfix properties")
