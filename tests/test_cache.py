@@ -14,10 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from factories import make_settings
 from fake_llm import FakeLLM, Reply, sample_request
 from kernel_project import BUGS, GOOD_LINE, answer, make_project, report_of
 
 from pytest_kernelfix.context import SourceFile
+from pytest_kernelfix.controller import session_fixer
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
 from pytest_kernelfix.fixers.cache import (
     ANSWERS_DIR,
@@ -209,7 +211,26 @@ def test_a_rerun_of_the_same_red_commit_is_answered_from_the_cache(
     markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
     assert "2 answer(s) from the cache (free)" in markdown and "cached;" in markdown
 
-    fake_llm.script(Reply(almost), Reply(better))
-    third = session("--kernelfix-no-cache")
-    assert len(fake_llm.requests) == 4 and third["totals"]["cache_hits"] == 0
-    assert third["totals"]["calls"] == 2
+
+def test_the_session_fixer_caches_live_models_only_and_no_cache_bypasses(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    config = pytester.parseconfig()
+
+    def chain(**changes: object) -> list[str]:
+        fixer = session_fixer(config, make_settings(tmp_path, api_base="http://h/v1",
+                                                    **changes)).fallback  # under the hook
+        names = []
+        while fixer is not None:
+            names.append(type(fixer).__name__)
+            fixer = getattr(fixer, "inner", None)
+        return names
+
+    assert chain(model="openai/m") == ["CachingFixer", "LLMFixer"]
+    assert chain(model="openai/m", no_cache=True) == ["LLMFixer"]
+    assert chain(model="openai/m", record=tmp_path / "t.jsonl") == [
+        "RecordingFixer", "CachingFixer", "LLMFixer"]  # a cassette also gets cached answers
+    assert chain(model="recipes") == ["RecipeFixer"]
+    cached = session_fixer(config, make_settings(tmp_path, model="openai/m",
+                                                 cache_dir=tmp_path / "ci")).fallback
+    assert cached.cache.directory == tmp_path / "ci" / ANSWERS_DIR
