@@ -29,7 +29,7 @@ class Option:
     name: str
     help: str
     default: Any
-    kind: str = "string"  # string | int | float | bool | lines | choice | workers
+    kind: str = "string"  # string | int | float | usd | bool | lines | choice | workers
     choices: tuple[str, ...] = ()
     env: str = ""
     metavar: str = ""
@@ -93,7 +93,21 @@ OPTIONS: tuple[Option, ...] = (
            "that imported pytest, torch and triton once), subprocess (a fresh interpreter "
            "each), or auto: fork where it is safe (default: auto)", "auto", "choice",
            choices=RERUN_MODES, env="KERNELFIX_RERUN"),
+    Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
+           "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
+           env="KERNELFIX_CACHE_DIR", metavar="DIR"),
+    Option("kernelfix_no_cache", "Ask the model again: neither read nor write cached answers",
+           False, "bool"),
+    Option("kernelfix_max_cost", "Stop asking the model once the session spent this many US "
+           "dollars; the remaining bugs are reported skipped (default: 0, no cap)", 0.0, "usd",
+           metavar="USD"),
+    Option("kernelfix_max_tokens", "Stop asking the model once the session used this many "
+           "tokens, prompt and completion; the remaining bugs are reported skipped (default: 0, "
+           "no cap)", 0, "int", metavar="N"),
 )
+
+#: Boolean options given as a bare flag (``--kernelfix``); the others take ``on|off``.
+FLAGS = ("kernelfix", "kernelfix_apply", "kernelfix_no_cache")
 
 #: Words of ``kernelfix_select``; anything else must look like a nodeid glob.
 SELECT_WORDS = ("kernel", "launched")
@@ -118,7 +132,7 @@ def add_options(parser: pytest.Parser) -> None:
     for option in OPTIONS:
         if option.kind == "lines":
             continue  # lists live in the ini file only
-        if option.kind == "bool" and option.name in ("kernelfix", "kernelfix_apply"):
+        if option.kind == "bool" and option.name in FLAGS:
             group.addoption(option.flag, action="store_true", default=None, dest=option.dest,
                             help=option.help)
         elif option.kind == "bool":
@@ -154,6 +168,11 @@ def _convert(option: Option, value: Any) -> Any:
             if seconds <= 0:
                 raise ValueError
             return seconds
+        if option.kind == "usd":
+            dollars = float(str(value).strip().removeprefix("$"))
+            if not dollars >= 0 or dollars == float("inf"):  # also refuses nan
+                raise ValueError
+            return dollars
         if option.kind == "bool":
             if isinstance(value, bool):
                 return value
@@ -183,6 +202,7 @@ def _convert(option: Option, value: Any) -> Any:
         expected = {
             "int": "a whole number >= 0",
             "float": "a number of seconds > 0",
+            "usd": "an amount of US dollars >= 0 (0: no cap)",
             "bool": "true or false",
             "choice": " | ".join(option.choices),
             "workers": "auto or a whole number >= 1",
@@ -238,6 +258,15 @@ class Settings:
     select: tuple[str, ...] = ("kernel",)
     workers: int = 0  # 0: auto (see pytest_kernelfix.schedule.worker_count)
     rerun: str = "auto"
+    cache_dir: Path | None = None
+    no_cache: bool = False
+    max_cost: float = 0.0
+    max_tokens: int = 0
+
+    @property
+    def cache_root(self) -> Path:
+        """Where answers and compile-gate results are cached (``<report dir>/cache`` unset)."""
+        return self.cache_dir if self.cache_dir is not None else self.report_dir / "cache"
 
 
 def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
@@ -278,6 +307,10 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         select=parse_select(value("kernelfix_select")),
         workers=value("kernelfix_workers"),
         rerun=value("kernelfix_rerun"),
+        cache_dir=path_or_none("kernelfix_cache_dir"),
+        no_cache=bool(value("kernelfix_no_cache")),
+        max_cost=value("kernelfix_max_cost"),
+        max_tokens=value("kernelfix_max_tokens"),
     )
 
 

@@ -10,6 +10,7 @@ never changes a test outcome or the exit status.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
     from pytest_kernelfix.rerun import RerunSetup, carried_args
     from pytest_kernelfix.rerun_plan import device_plan
 
-    cache_dir = settings.report_dir / "cache"
+    cache_dir = settings.cache_root
     env = {}
     if device == "cuda":  # candidates share compiled kernels; never the user's ~/.triton
         env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
@@ -76,6 +77,7 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
             num_retries=settings.llm_retries,
             prompts_dir=settings.prompts_dir,
             record=settings.record,
+            cache_dir=None if settings.no_cache else settings.cache_root,
         )
     except (ValueError, OSError, FixerError) as error:
         configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
@@ -121,6 +123,15 @@ class HealingController:
         self.project = session_project(config, settings)
         self.marked: set[str] = set()
         self._warmed = False
+        self.annotations: list[str] = []  # GitHub workflow commands, printed in the summary
+        self.ci_notes: list[str] = []  # about the CI outputs, written after the report
+        xmlpath = getattr(config.option, "xmlpath", None)
+        if xmlpath:
+            from pytest_kernelfix.junit import JUnitProperties
+
+            config.pluginmanager.register(JUnitProperties(
+                xmlpath, str(getattr(config.option, "junitprefix", None) or ""),
+                lambda: self.report, self.ci_notes.append), "kernelfix-junit")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -204,6 +215,20 @@ class HealingController:
 
             self.error = redact(
                 f"healing stopped by an internal error: {type(error).__name__}: {error}")
+            return
+        self.publish_to_github()
+
+    def publish_to_github(self) -> None:
+        """In GitHub Actions: the step summary now, the annotations with the summary."""
+        from pytest_kernelfix.github import publish
+
+        if self.report is None:
+            return
+        try:
+            self.annotations, notes = publish(self.report, os.environ)
+        except Exception as error:  # like healing, never a crash at session end
+            notes = [f"GitHub outputs not written: {type(error).__name__}: {error}"]
+        self.ci_notes.extend(notes)
 
     def inputs(self) -> SessionInputs:
         """The session's failures, passes and notes, and how reruns are made."""
@@ -254,3 +279,7 @@ class HealingController:
                 terminalreporter.write_line(f"note: {note}")
         if self.error:
             terminalreporter.write_line(self.error, red=True)
+        for note in self.ci_notes:
+            terminalreporter.write_line(f"note: {note}")
+        for line in self.annotations:  # GitHub reads workflow commands from the log
+            terminalreporter.write_line(line)

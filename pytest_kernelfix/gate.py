@@ -92,8 +92,12 @@ class GateResult:
         )
 
 
-def parse_target(text: str) -> GpuTarget:
-    """``"cuda:90"`` (H100), ``"cuda:80"`` (A100), ``"cuda:89"``, ``"hip:gfx942"``..."""
+def parse_target(text: str, *, require_backend: bool = True) -> GpuTarget:
+    """``"cuda:90"`` (H100), ``"cuda:80"`` (A100), ``"cuda:89"``, ``"hip:gfx942"``...
+
+    ``require_backend`` also asks the installed Triton for the target's backend (it
+    imports triton); without it only the text is checked.
+    """
     backend, _, arch = text.strip().lower().partition(":")
     if backend == "cuda":
         digits = re.fullmatch(r"(?:sm_?)?(\d{2,3})", arch or DEFAULT_TARGET.partition(":")[2])
@@ -102,13 +106,15 @@ def parse_target(text: str) -> GpuTarget:
         if capability is None or limit is None:
             known = ", ".join(f"cuda:{major}{minor}" for major, minor in known_capabilities())
             raise ValueError(f"unknown CUDA target {text!r}; known targets: {known}")
-        _require_backend("nvidia", text)
+        if require_backend:
+            _require_backend("nvidia", text)
         return GpuTarget("cuda", capability[0] * 10 + capability[1], 32, limit)
     if backend == "hip":
         if arch not in _HIP_SHARED:
             known = ", ".join(f"hip:{name}" for name in _HIP_SHARED)
             raise ValueError(f"unknown HIP target {text!r}; known targets: {known}")
-        _require_backend("amd", text)
+        if require_backend:
+            _require_backend("amd", text)
         return GpuTarget("hip", arch, 64, _HIP_SHARED[arch])
     raise ValueError(
         f"unknown GPU target {text!r}; expected 'cuda:<arch>' (e.g. cuda:90, cuda:80) "

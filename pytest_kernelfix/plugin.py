@@ -105,6 +105,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not settings.heal or _in_rerun():
         return
     device = _device(config, settings.device)
+    if not hasattr(config, "workerinput"):  # once per session, before any test runs
+        from pytest_kernelfix import preflight
+
+        preflight.check(settings, device, warn=config.issue_config_time_warning)
     notes: list[str] = []
     from pytest_kernelfix.device import is_xdist_controller
 

@@ -59,6 +59,8 @@ class SessionReport:
         for bug in self.bugs:
             total = total + bug.reruns
         return total
+    max_cost: float = 0.0
+    max_tokens: int = 0
 
     @property
     def usage(self) -> Usage:
@@ -133,10 +135,12 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
                 "completion_tokens": record.usage.completion_tokens,
                 "cost": record.usage.cost,
                 "notes": list(record.notes),
+                "cached": record.usage.cache_hits > 0,
             }
             for record in result.rounds
         ],
         "calls": result.usage.calls,
+        "cache_hits": result.usage.cache_hits,
         "prompt_tokens": result.usage.prompt_tokens,
         "completion_tokens": result.usage.completion_tokens,
         "cost": result.usage.cost,
@@ -189,6 +193,11 @@ def session_json(report: SessionReport) -> dict[str, Any]:
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "cost": usage.cost,
+            "cache_hits": usage.cache_hits,
+        },
+        "budget": {
+            "max_cost": report.max_cost or None,
+            "max_tokens": report.max_tokens or None,
         },
         "notes": list(report.notes),
         "reruns": {**reruns_json(report.reruns), "workers": report.workers},
@@ -203,12 +212,36 @@ def _display(path: Path, rootdir: Path) -> str:
         return str(path)
 
 
-def apply_command(patch: Path, rootdir: Path, cwd: Path) -> str:
-    """The ``git apply`` line for a patch whose paths are relative to ``rootdir``."""
-    inside = _display(patch, rootdir)
-    if os.path.abspath(rootdir) == os.path.abspath(cwd):
-        return f"git apply {inside}"
-    return f"git -C {os.path.relpath(rootdir, cwd)} apply {inside}"
+def repository_root(start: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The git top level above ``start`` (a ``.git`` folder or file: worktrees,
+    submodules); else ``$GITHUB_WORKSPACE`` when it holds ``start``; else ``start``."""
+    start = Path(os.path.abspath(start))
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    workspace = (environ if environ is not None else os.environ).get("GITHUB_WORKSPACE", "")
+    if workspace and start.is_relative_to(os.path.abspath(workspace)):
+        return Path(os.path.abspath(workspace))
+    return start
+
+
+def apply_command(patch: Path, rootdir: Path, cwd: Path, repo: Path | None = None) -> str:
+    """The ``git apply`` line, run from ``cwd``, for a patch whose paths are relative to
+    ``rootdir``.
+
+    When the rootdir is a subdirectory of a git repository, git reads patch paths from
+    the top level (and silently skips those outside the current directory), so the line
+    runs at the top level with ``--directory=<rootdir>``.
+    """
+    repo = Path(os.path.abspath(repository_root(rootdir) if repo is None else repo))
+    if repo == Path(os.path.abspath(rootdir)):
+        inside = _display(patch, rootdir)
+        if os.path.abspath(rootdir) == os.path.abspath(cwd):
+            return f"git apply {inside}"
+        return f"git -C {os.path.relpath(rootdir, cwd)} apply {inside}"
+    where = "" if repo == Path(os.path.abspath(cwd)) else f"-C {os.path.relpath(repo, cwd)} "
+    prefix = Path(os.path.relpath(rootdir, repo)).as_posix()
+    return f"git {where}apply --directory={prefix} {_display(patch, repo)}"
 
 
 def session_markdown(report: SessionReport) -> str:
@@ -218,9 +251,9 @@ def session_markdown(report: SessionReport) -> str:
         "",
         f"{len(report.bugs)} bug(s): {report.count('healed')} healed, "
         f"{report.count('unhealed')} unhealed, {report.count('skipped')} skipped. "
-        f"{usage.calls} model call(s), {usage.prompt_tokens + usage.completion_tokens} tokens, "
-        f"${usage.cost:.4f}, {report.seconds:.1f} s. Device: {report.device}; "
-        f"fixer: `{report.model}`.",
+        f"{usage.calls} model call(s), {usage.tokens} tokens, ${usage.cost:.4f}"
+        + (f", {usage.cache_hits} answer(s) from the cache (free)" if usage.cache_hits else "")
+        + f", {report.seconds:.1f} s. Device: {report.device}; fixer: `{report.model}`.",
         "",
         "Failing tests stay failed in the test run; healing is reported beside them.",
         "",
@@ -256,13 +289,16 @@ def session_markdown(report: SessionReport) -> str:
         lines.append(f"- Outcome: {result.reason}")
         for record in result.rounds:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
-            lines.append(f"  - round {record.round} ({record.source or 'fixer'}; {edits}): "
-                         f"{record.outcome}")
+            cached = ", cached" if record.usage.cache_hits else ""
+            lines.append(f"  - round {record.round} ({record.source or 'fixer'}{cached}; "
+                         f"{edits}): {record.outcome}")
             lines += [f"    - note: {note}" for note in record.notes]
         if bug.patch_file:
-            command = apply_command(report.report_dir / bug.patch_file, report.rootdir,
-                                    report.rootdir)
-            lines += ["", f"Apply from the rootdir with `{command}`", ""]
+            repo = repository_root(report.rootdir)
+            command = apply_command(report.report_dir / bug.patch_file, report.rootdir, repo,
+                                    repo)
+            where = "rootdir" if repo == report.rootdir else "repository root"
+            lines += ["", f"Apply from the {where} with `{command}`", ""]
             lines += ["```diff", result.patch.rstrip("\n"), "```"]
         if bug.applied:
             lines += ["", f"Written to the working tree: {', '.join(bug.applied)}"]
@@ -346,6 +382,9 @@ def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
     for bug in report.bugs:
         if bug.apply_error:
             lines.append(f"not written ({bug.group.id}): {bug.apply_error}")
+    hits = report.usage.cache_hits
+    if hits:
+        lines.append(f"answers from the cache: {hits} (no call, no cost)")
     for note in report.notes:
         lines.append(f"note: {note}")
     if json_path is not None:

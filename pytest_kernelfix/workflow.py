@@ -28,6 +28,8 @@ from pytest_kernelfix.context import build_context, log_roots
 from pytest_kernelfix.crashes import reproduce_crashes
 from pytest_kernelfix.failure import clean_log
 from pytest_kernelfix.fixers.base import Fixer, ProposalRequest
+from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
+from pytest_kernelfix.github import write_suggestions
 from pytest_kernelfix.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.heal import heal
 from pytest_kernelfix.need import NeedResolver
@@ -158,6 +160,7 @@ class _Session:
     workers: int
     gpus: tuple[str, ...]
     reach: Reach
+    budget: Budget
     results: dict[int, HealResult] = field(default_factory=dict)
     reruns: dict[int, RerunStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -181,6 +184,10 @@ class _Session:
             inputs = replace(inputs, setup=setup)
         for index in chain:
             group = self.groups[index]
+            spent = self.budget.exhausted()
+            if spent:
+                self.results[index] = _skipped(group, spent)
+                continue
             self.say(group, f"healing {group.id} ({len(group.nodeids)} test(s); "
                             f"{', '.join(group.editable) or 'no editable file'})", first=True)
             if not group.editable:
@@ -207,8 +214,11 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     project = inputs.project
     reach = Reach(project)
     exclude = list(settings.sandbox_exclude)
-    if settings.report_dir.is_relative_to(project.root):
-        exclude.append(settings.report_dir.relative_to(project.root).as_posix())
+    for folder in (settings.report_dir, settings.cache_root):
+        if folder.is_relative_to(project.root):
+            exclude.append(folder.relative_to(project.root).as_posix())
+    budget = Budget(settings.max_cost, settings.max_tokens)
+    stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
     warm = stages.runner is run_tests and bool(inputs.failures)
     if warm:
         prestart(inputs.setup)  # the server's imports overlap context building and fixers
@@ -220,7 +230,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
         lanes = chains(healable)
         gpus = visible_gpus() if inputs.device == "cuda" else ()
         workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
-        session = _Session(inputs, stages, groups, exclude, workers, gpus, reach)
+        session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
         for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
             session.results[index] = _skipped(
                 group, f"over the limit of {settings.max_groups} bugs per session "
@@ -402,6 +412,9 @@ def finish(
             seconds=seconds,
             notes=inputs.notes,
             workers=workers,
+            max_cost=settings.max_cost,
+            max_tokens=settings.max_tokens,
         )
         write_reports(report)
+        write_suggestions(report)
     return report

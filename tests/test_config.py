@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,8 @@ def pytest_configure(config):
         "timeout": s.timeout, "device": s.device, "report_dir": str(s.report_dir),
         "cuda_shim": s.cuda_shim, "paths": list(s.paths), "target": s.target,
         "workers": s.workers, "rerun": s.rerun,
+        "cache_root": str(s.cache_root), "no_cache": s.no_cache, "max_cost": s.max_cost,
+        "max_tokens": s.max_tokens,
     }))
 """
 
@@ -58,6 +61,19 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
     assert settings["report_dir"] == str(pytester.path / ".kernelfix")
     assert settings["workers"] == 0  # auto: one per GPU, half the cores on the interpreter
     assert settings["rerun"] == "auto"
+    assert settings["cache_root"] == str(pytester.path / ".kernelfix" / "cache")
+    assert (settings["no_cache"], settings["max_cost"], settings["max_tokens"]) == (False, 0, 0)
+
+
+def test_cache_and_budget_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                  tmp_path: Path) -> None:
+    pytester.makeini("[pytest]\nkernelfix_cache_dir = ci-cache\nkernelfix_max_tokens = 5000\n")
+    settings = settings_of(pytester, "--kernelfix-no-cache", "--kernelfix-max-cost=$2.50")
+    assert settings["cache_root"] == str(pytester.path / "ci-cache")  # relative to the rootdir
+    assert (settings["no_cache"], settings["max_cost"], settings["max_tokens"]) == (
+        True, 2.5, 5000)
+    monkeypatch.setenv("KERNELFIX_CACHE_DIR", str(tmp_path / "shared"))
+    assert settings_of(pytester)["cache_root"] == str(tmp_path / "shared")
 
 
 def test_ini_values_are_read_and_cli_wins(
@@ -120,6 +136,9 @@ def test_apply_implies_heal(pytester: pytest.Pytester) -> None:
         (("--kernelfix-workers=0",), "expected auto or a whole number >= 1"),
         (("--kernelfix-workers=some",), "expected auto or a whole number >= 1"),
         (("--kernelfix-rerun=thread",), "invalid choice"),
+        (("--kernelfix-max-cost=-1",), "an amount of US dollars >= 0 (0: no cap)"),
+        (("--kernelfix-max-cost=nan",), "an amount of US dollars >= 0"),
+        (("--kernelfix-max-tokens=lots",), "expected a whole number"),
     ],
 )
 def test_bad_values_are_usage_errors(

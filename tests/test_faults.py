@@ -132,9 +132,13 @@ def test_a_green_session_is_left_alone(pytester: pytest.Pytester, fake_llm: Fake
 def test_an_internal_error_never_changes_the_exit_status(pytester: pytest.Pytester) -> None:
     write_project(pytester.path, "k1")
     (pytester.path / "blocker").write_text("a file where the report dir should go\n")
+    # a readable cassette and a cache dir of its own: preflight refuses neither, so the
+    # blocked report dir is first met when the report is written, after healing
+    (pytester.path / "tape.jsonl").write_text(
+        json.dumps({"group": "no-such-bug-*", "response": fix_answer("k1")}) + "\n")
     result = pytester.runpytest_subprocess(
-        *BASE, "--kernelfix", "--kernelfix-model=replay:missing.jsonl",
-        "--kernelfix-report-dir=blocker", timeout=120)
+        *BASE, "--kernelfix", "--kernelfix-model=replay:tape.jsonl",
+        "--kernelfix-report-dir=blocker", "--kernelfix-cache-dir=cache", timeout=120)
     assert result.ret == without_plugin(pytester) == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*healing stopped by an internal error: *"])

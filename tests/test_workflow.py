@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from factories import make_settings
 
 from pytest_kernelfix.capture import Failure, PassedTest
-from pytest_kernelfix.config import Settings
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
@@ -44,17 +44,6 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def settings(root: Path, **changes: object) -> Settings:
-    values: dict[str, object] = dict(
-        heal=True, apply=False, rounds=2, model="scripted", api_base="", llm_timeout=1.0,
-        llm_retries=0, report_dir=root / ".kernelfix", timeout=10.0, device="interpret",
-        record=None, prompts_dir=None, max_groups=10, target="cuda:90", cuda_shim=True,
-        sandbox_exclude=(), paths=(), rootdir=root,
-    )
-    values.update(changes)
-    return Settings(**values)  # type: ignore[arg-type]
-
-
 def failures(root: Path) -> tuple[Failure, ...]:
     kernel = str(root / "kernels" / "ops.py")
     test = str(root / "tests" / "test_scale.py")
@@ -71,7 +60,7 @@ def inputs(root: Path, notes: tuple[str, ...] = (), **changes: object) -> Sessio
     passed = (PassedTest(REGRESSION, (KernelLaunch("scale_kernel",
                                                    str(root / "kernels" / "ops.py"), 1),)),)
     return SessionInputs(
-        failures=failures(root), passed=passed, settings=settings(root, **changes),
+        failures=failures(root), passed=passed, settings=make_settings(root, **changes),
         setup=RerunSetup(root, 10.0, DevicePlan(interpret=True)), project=Project(root),
         notes=notes,
     )

@@ -43,13 +43,22 @@ class ProposalRequest:
 
 @dataclass(frozen=True)
 class Usage:
-    """Cost of getting an answer: model calls, tokens, dollars, seconds."""
+    """Cost of getting an answer: model calls, tokens, dollars, seconds.
+
+    ``cache_hits`` counts answers served from the answer cache: they cost no call, no
+    token and no dollar, and are counted so a report can say where an answer came from.
+    """
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
     seconds: float = 0.0
+    cache_hits: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -58,6 +67,7 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.cost + other.cost,
             self.seconds + other.seconds,
+            self.cache_hits + other.cache_hits,
         )
 
 

@@ -18,8 +18,15 @@ def build_fixer(
     num_retries: int = 2,
     prompts_dir: Path | None = None,
     record: Path | None = None,
+    cache_dir: Path | None = None,
 ) -> Fixer:
-    """The fixer for ``model``; ``record`` appends every live answer to a cassette."""
+    """The fixer for ``model``; ``record`` appends every live answer to a cassette.
+
+    With ``cache_dir``, a litellm model's answers are cached there (see
+    :mod:`pytest_kernelfix.fixers.cache`); recipes and cassettes cost nothing and are not.
+    The cache sits inside the recorder, so a cassette also gets the answers a re-run
+    found in the cache.
+    """
     name = (model or "").strip()
     if not name:
         raise ValueError(
@@ -49,6 +56,11 @@ def build_fixer(
         num_retries=num_retries,
         prompts_dir=prompts_dir,
     )
+    if cache_dir is not None:
+        from pytest_kernelfix.fixers.cache import caching
+
+        fixer = caching(fixer, cache_dir, model=name, api_base=api_base,
+                        prompts_dir=prompts_dir)
     if record is not None:
         from pytest_kernelfix.fixers.replay import RecordingFixer
 

@@ -1,0 +1,42 @@
+"""Values for tests that build a session or a report by hand, with test defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_kernelfix.capture import Failure
+from pytest_kernelfix.config import Settings
+from pytest_kernelfix.failure import ErrorInfo, Frame
+from pytest_kernelfix.grouping import BugGroup
+from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.outcomes import HEALED, HealResult
+from pytest_kernelfix.report import BugReport
+
+
+def make_settings(root: Path, **changes: object) -> Settings:
+    """Healing on, two rounds, the interpreter; ``changes`` override any field."""
+    values: dict[str, object] = dict(
+        heal=True, apply=False, rounds=2, model="scripted", api_base="", llm_timeout=1.0,
+        llm_retries=0, report_dir=root / ".kernelfix", timeout=10.0, device="interpret",
+        record=None, prompts_dir=None, max_groups=10, target="cuda:90", cuda_shim=True,
+        sandbox_exclude=(), paths=(), rootdir=root,
+    )
+    values.update(changes)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def make_bug_report(root: Path, name: str, original: str, final: str, status: str) -> BugReport:
+    """Bug ``<name>_kernel-assertionerror-abc123``: one test under ``root/tests`` failing,
+    ``kernels/<name>.py`` launched (its line 4) and editable; healed means ``final``."""
+    path = f"kernels/{name}.py"
+    failure = Failure(
+        f"tests/test_{name}.py::test_{name}", str(root / "tests" / f"test_{name}.py"),
+        ErrorInfo("AssertionError", "Tensor-likes are not close!",
+                  (Frame(str(root / "tests" / f"test_{name}.py"), 9, f"test_{name}"),)),
+        "longrepr", (KernelLaunch(f"{name}_kernel", str(root / path), 4),))
+    group = BugGroup(f"{name}_kernel-assertionerror-abc123", f"{name}_kernel", "sig", (path,),
+                     (failure,))
+    healed = status == HEALED
+    result = HealResult(group.id, status, "healed in round 1" if healed else "not healed",
+                        original={path: original}, final={path: final} if healed else {})
+    return BugReport(group, result, f"{group.id}.patch" if healed else "")
