@@ -256,13 +256,18 @@ def test_a_subprocess_is_chosen_when_asked_for_or_where_fork_is_not_the_default(
 
 
 def test_fork_hazards_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server has only the threads it starts; this test process may hold threads of
+    # other tests (HTTP servers, litellm's logger), so only the ones started here count.
+    started: list[threading.Thread] = []
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), *started])
     assert fork_hazard() == ""
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    assert fork_hazard() == "CUDA is initialised in the rerun server; forking it is unsafe"
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:
+        patched.setattr(torch.cuda, "is_initialized", lambda: True)
+        assert fork_hazard() == "CUDA is initialised in the rerun server; forking it is unsafe"
     release = threading.Event()
     thread = threading.Thread(target=release.wait, name="busy")
+    started.append(thread)
     thread.start()
     try:
         assert fork_hazard().startswith("the rerun server runs other threads (busy)")
