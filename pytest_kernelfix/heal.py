@@ -7,7 +7,7 @@ candidate, and the model sees that cumulative change, so it can refine or revert
 Three answers are not edits to verify. An answer that asks for code (``need``) gets it
 next round, within a budget, through ``resolve_need``. An answer with neither edits nor
 a request is the model declining, reported with its analysis. Two identical answers in
-a row end the bug: a third would be the same again.
+a row end the bug before its last round: a third would be the same again.
 
 Stale quotes: after round 1 a model often quotes the failing line as the error log
 shows it, that is, the original text, not the current candidate. When an answer does
@@ -133,7 +133,7 @@ def heal(
             return finish(UNHEALED, f"round {number}: {why}")
         usage = usage + proposal.usage
         key = _same_answer(proposal)
-        if key == previous:
+        if key == previous and number < rounds:  # in the last round it ends the bug anyway
             stopped = f"the same answer as round {number - 1}: stopped"
             records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
                                        redact(proposal.raw[:_RAW_KEEP])))
