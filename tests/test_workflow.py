@@ -16,7 +16,7 @@ from factories import make_settings
 from pytest_kernelfix.capture import Failure, PassedTest
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame
-from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
+from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
 from pytest_kernelfix.guards import build_guard
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
@@ -152,3 +152,21 @@ def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
                                                           runner=FakeRunner()))
     assert report.bugs[0].applied == ("kernels/ops.py",)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL.replace(BUG, FIX)
+
+
+def test_the_token_cap_stops_the_session_between_rounds(root: Path) -> None:
+    """``max_tokens`` from the settings reaches the session's fixer: the answer that
+    crossed the cap was verified, the next round was not bought."""
+    wrong = Proposal((Modification(BUG, "    y = x - factor\n", file="kernels/ops.py"),),
+                     usage=Usage(1, 900, 300), source="scripted")
+    fixer = Answers(wrong, fix())
+    report = run_healing(inputs(root, rounds=3, max_tokens=1000),
+                         Stages(fixer=fixer, runner=FakeRunner()))
+    (bug,) = report.bugs
+    assert len(fixer.requests) == 1  # round 2's answer was never asked for
+    assert (bug.result.status, bug.result.reason) == (
+        "unhealed",
+        "round 2: the session's budget is spent: 1200 of 1000 tokens (--kernelfix-max-tokens)")
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    assert data["budget"] == {"max_cost": None, "max_tokens": 1000}
+    assert data["totals"]["prompt_tokens"] + data["totals"]["completion_tokens"] == 1200
