@@ -20,7 +20,7 @@ from factories import make_settings
 from pytest_kernelfix.capture import Failure, PassedTest
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.failure import ErrorInfo, Frame
-from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
+from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
 from pytest_kernelfix.guards import build_guard
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
@@ -344,3 +344,19 @@ def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run(root: Path) -> N
     assert verdict.summary == ("1 of 3 failing tests still fail (1 not run: the rerun stops at "
                                "the first that still fails)")
     assert "t.py::b: failed" in verdict.feedback and "t.py::c" not in verdict.feedback
+def test_the_token_cap_stops_the_session_between_rounds(root: Path) -> None:
+    """``max_tokens`` from the settings reaches the session's fixer: the answer that
+    crossed the cap was verified, the next round was not bought."""
+    wrong = Proposal((Modification(BUG, "    y = x - factor\n", file="kernels/ops.py"),),
+                     usage=Usage(1, 900, 300), source="scripted")
+    fixer = Answers(wrong, fix())
+    report = run_healing(inputs(root, rounds=3, max_tokens=1000),
+                         Stages(fixer=fixer, runner=FakeRunner()))
+    (bug,) = report.bugs
+    assert len(fixer.requests) == 1  # round 2's answer was never asked for
+    assert (bug.result.status, bug.result.reason) == (
+        "unhealed",
+        "round 2: the session's budget is spent: 1200 of 1000 tokens (--kernelfix-max-tokens)")
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    assert data["budget"] == {"max_cost": None, "max_tokens": 1000}
+    assert data["totals"]["prompt_tokens"] + data["totals"]["completion_tokens"] == 1200
