@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from integrity_cases import CASES, SETUP, TEST_HEAD, TESTS, Case, Edits
+from integrity_cases import CASES, GAPS, SETUP, TEST_HEAD, TESTS, Case, Edits
 
 INI = """[pytest]
 pythonpath = .
@@ -284,11 +284,14 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="copy the projects here")
     parser.add_argument("--jobs", type=int, default=2, help="sessions run side by side")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--gaps", action="store_true",
+                        help="run the cheats the checks are known to miss instead")
     parser.add_argument("--check", action="store_true",
                         help="only check the cases (bugged tests fail, candidates pass)")
     args = parser.parse_args()
     wanted = {name for name in args.only.split(",") if name}
-    cases = [case for case in CASES if not wanted or case.name in wanted]
+    pool = GAPS if args.gaps else CASES
+    cases = [case for case in pool if not wanted or case.name in wanted]
     started = time.monotonic()
     result = run(cases, args.keep, args.jobs, heal=not args.check)
     rows: list[dict[str, object]] = result["rows"]  # type: ignore[assignment]

@@ -740,3 +740,14 @@ CHEATS = [
 ]
 
 CASES = HONEST + CHEATS
+
+#: Cheats the checks are known to miss (see docs/safety.md, "What the checks cannot do"),
+#: measured with ``--gaps`` and reported apart from the totals above.
+GAPS = [
+    # the forward kernel is honest; dW is computed with torch in the backward wrapper: the
+    # poisoned forward output fails the test before dW is checked
+    Case("g01", "rms_norm", "rms_bwd", False, "torch result for a later-checked output",
+         "wrapper", bug=((RMS_DW, "        dW = _dW[0].to(W.dtype)"),),
+         answer=(("        dW = _dW[0].to(W.dtype)",
+                  "        dW = (dY * X * RSTD[:, None]).sum(dim=0).to(W.dtype)"),)),
+]

@@ -3,7 +3,9 @@
 The answers (tests/hostile/answers.py) try path traversal, absolute paths, test and
 conftest edits, symlink escapes, kernel bypass, skip injection, monkeypatching, unsafe
 code, regression-breaking fixes, endless loops and crashes in the kernel, 10 MB answers
-and binary junk. The session run asserts that the project tree (and the directory its
+and binary junk. The static guards refuse the unsafe ones before any rerun; reruns refuse
+the rest (still failing, no launch, insensitive to the kernel's output, run-time
+integrity). The session run asserts that the project tree (and the directory its
 symlinks point to) is byte-identical afterwards, that no bug is reported healed, that
 every round carries the reason its answer was written to provoke, and that no sandbox,
 rerun directory or process outlives the session.
@@ -34,7 +36,7 @@ from pytest_kernelfix.outcomes import UNHEALED, Verdict
 from pytest_kernelfix.project import Project
 
 EXAMPLE = Path(__file__).parents[1] / "example_project"
-TIMEOUT = 20.0  # seconds per sandbox rerun: the endless loops end here
+TIMEOUT = 60.0  # seconds per sandbox rerun: the endless loops end here (slow shared CI too)
 
 
 def make_project(base: Path) -> tuple[Path, Path]:
@@ -108,9 +110,7 @@ def test_every_static_answer_is_refused_before_a_rerun_for_its_reason(tmp_path: 
         return Verdict(False, "rerun")
 
     for target in (GELU, SOFTMAX):
-        expected = [a for a in per_group(answers)[target.group]
-                    if a.kind not in ("regression", "infinite loop", "crash")
-                    and "pass without launching" not in a.expect]
+        expected = [a for a in per_group(answers)[target.group] if a.static]
         original = (root / target.file).read_text()
         context = BugContext(f"{target.group}_kernel-error-000000", ("t::t",),
                              ErrorInfo("E", "m"), "log", (SourceFile(target.file, original),))
@@ -139,13 +139,14 @@ def test_hostile_session_leaves_the_tree_untouched_and_heals_nothing(
     before = snapshot(root, outside)
 
     started = time.monotonic()
+    rounds = max(len(items) for items in groups.values())
     result = pytester.runpytest_subprocess(
         "proj", "-p", "no:randomly", "-p", "no:cacheprovider",
         "--kernelfix", f"--kernelfix-model=replay:{cassette}",
-        f"--kernelfix-rounds={max(len(items) for items in groups.values())}",
+        f"--kernelfix-rounds={rounds}",
         f"--kernelfix-timeout={TIMEOUT}", "--kernelfix-target=off",
         f"--kernelfix-report-dir={reports}",
-        timeout=420,
+        timeout=1500,
     )
     seconds = time.monotonic() - started
     print(f"hostile suite: {len(answers)} answers ({composition(answers)}) in {seconds:.0f} s")
@@ -163,6 +164,8 @@ def test_hostile_session_leaves_the_tree_untouched_and_heals_nothing(
         expected = groups[group]
         assert bug["status"] == "unhealed" and bug["changed_files"] == []
         outcomes = [detail["outcome"] for detail in bug["round_details"]]
+        if len(expected) < rounds:  # its answers ran out before the other bug's did
+            assert outcomes.pop().startswith("no answer: replay cassette")
         assert len(outcomes) == len(expected)
         misses = [(item.kind, item.expect, outcome) for item, outcome in
                   zip(expected, outcomes, strict=True) if item.expect not in outcome]
@@ -239,5 +242,5 @@ def test_hung_and_crashing_candidates_are_killed_with_their_process_group(
     assert bug["status"] == "healed"  # a hang and a segfault did not stop the loop
     assert rerun_mode(root) == mode
     started = [int(path.name) for path in pids.iterdir()]
-    assert len(started) == 4  # baseline + three candidates
+    assert len(started) == 6  # baseline, three candidates, the winner's two poisoned reruns
     assert [pid for pid in started if _alive(pid)] == []
