@@ -428,7 +428,22 @@ def _facts(text: str) -> _Facts | None:
             elif (not dotted and isinstance(node.func, ast.Attribute)
                   and node.func.attr in COMPUTE_METHODS):
                 compute[f".{node.func.attr}()"] += 1
-    return _Facts(_names(text), patches, compute, io, wrappers, frozenset(functions))
+    names = _names(text)
+    names["getattr"] -= sum(_plain_getattr(node) for node in ast.walk(tree))
+    return _Facts(+names, patches, compute, io, wrappers, frozenset(functions))
+
+
+def _plain_getattr(node: ast.AST) -> bool:
+    """``getattr(obj, "name")`` or ``getattr(obj, "name", default)`` with a public name
+    that is not watched: an attribute read with a fallback (``getattr(props,
+    "multi_processor_count", 1)``), no more dynamic than ``obj.name``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr" and len(node.args) in (2, 3) and not node.keywords):
+        return False
+    name = node.args[1]
+    return (isinstance(name, ast.Constant) and isinstance(name.value, str)
+            and name.value.isidentifier() and not name.value.startswith("_")
+            and name.value not in ESCAPE_NAMES)
 
 
 def _added(before: Counter[str], after: Counter[str], watched: frozenset[str] | None = None
