@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -123,13 +125,30 @@ def parse_target(text: str, *, require_backend: bool = True) -> GpuTarget:
 
 
 def _require_backend(name: str, text: str) -> None:
-    from triton.backends import backends
-
+    backends = installed_backends()
     if name not in backends:
         raise ValueError(
             f"the installed triton cannot compile for {text!r}: no {name!r} backend "
             f"(available: {', '.join(sorted(backends)) or 'none'})"
         )
+
+
+def installed_backends() -> frozenset[str]:
+    """The Triton backends installed, found where Triton finds them (its entry points,
+    or its own ``backends`` folder under ``TRITON_BACKENDS_IN_TREE=1``) without importing
+    triton: the start-up check of an xdist controller must not pay for it."""
+    loaded = sys.modules.get("triton.backends")
+    if loaded is not None:
+        return frozenset(getattr(loaded, "backends", {}))
+    spec = importlib.util.find_spec("triton")
+    if spec is None:
+        raise ImportError("No module named 'triton'")
+    if os.environ.get("TRITON_BACKENDS_IN_TREE", "") == "1":
+        folders = [Path(p) / "backends" for p in spec.submodule_search_locations or ()]
+        return frozenset(entry.name for folder in folders if folder.is_dir()
+                         for entry in folder.iterdir()
+                         if entry.is_dir() and not entry.name.startswith("__"))
+    return frozenset(ep.name for ep in importlib.metadata.entry_points(group="triton.backends"))
 
 
 def compile_launch(

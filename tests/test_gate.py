@@ -9,6 +9,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -315,3 +318,20 @@ def test_gate_result_round_trips_through_json() -> None:
     data = json.loads(json.dumps(result.to_json()))
     assert GateResult.from_json(data) == result
     assert all(isinstance(v, (str, int, float, bool)) for v in data.values())
+
+
+def test_installed_backends_are_found_without_importing_triton() -> None:
+    """The preflight asks for the gate's backend on an xdist controller, which must not
+    import triton: the backends are found where Triton itself finds them."""
+    code = textwrap.dedent("""
+        import sys
+        from pytest_kernelfix.gate import installed_backends
+        found = installed_backends()
+        print("triton" in sys.modules)
+        import triton.backends
+        print(found == frozenset(triton.backends.backends), sorted(found))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[0] == "False"
+    assert out[1].startswith("True") and "nvidia" in out[1]
