@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.project import Project
+
 #: Launch options that change how a kernel compiles; recorded when given at launch.
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
@@ -343,6 +345,7 @@ class SiteFilter:
             for name in ("_pytest", "pluggy")
             if (module := sys.modules.get(name)) is not None and module.__file__
         )
+        self.project = Project(Path(root))
         self._decided: dict[str, int] = {}
 
     def keep(self, filename: str) -> bool:
@@ -359,18 +362,8 @@ class SiteFilter:
             return _STOP
         if not filename.endswith(".py") or not filename.startswith(self.prefixes):
             return _SKIP
-        if filename.startswith(self.own):
+        if filename.startswith(self.own) or self.project.in_environment(filename):
             return _SKIP
-        parts = Path(filename).parts
-        if "site-packages" in parts or "dist-packages" in parts:
-            return _SKIP
-        directory = os.path.dirname(filename)
-        while directory.startswith(self.prefixes) and os.path.join(directory, "") not in (
-            self.prefixes
-        ):
-            if os.path.exists(os.path.join(directory, "pyvenv.cfg")):
-                return _SKIP
-            directory = os.path.dirname(directory)
         return _KEEP
 
     def sites(self, frame: Any) -> tuple[Site, ...]:

@@ -71,7 +71,8 @@ class Project:
         if any(marker in Path(path).parts for marker in _ENV_MARKERS):
             return True
         current = Path(os.path.abspath(path)).parent
-        root = Path(os.path.abspath(self.root))
+        roots = (Path(os.path.abspath(self.root)), Path(os.path.realpath(self.root)))
+        root = next((r for r in roots if r in current.parents), roots[0])  # a linked root too
         while current != root and root in current.parents:
             if (current / "pyvenv.cfg").exists():
                 return True

@@ -68,6 +68,17 @@ def test_editable_files_leave_out_tests_conftest_and_environments(project: Path)
     assert found == ("kernels/gelu.py", "kernels/softmax.py")
 
 
+def test_a_virtualenv_is_found_under_a_linked_rootdir(project: Path, tmp_path: Path) -> None:
+    """Launch sites and the integrity check see the real path of a file, the session the
+    rootdir it was given: both name the same virtualenv."""
+    linked = tmp_path.parent / f"{tmp_path.name}-link"
+    linked.symlink_to(project)
+    real = str(project / ".venv" / "lib" / "dep.py")
+    assert Project(linked).in_environment(real)
+    assert Project(linked).in_environment(str(linked / ".venv" / "lib" / "dep.py"))
+    assert not Project(linked).in_environment(str(project / "kernels" / "gelu.py"))
+
+
 def test_parametrized_failures_of_one_bug_form_one_group(project: Path) -> None:
     failures = [
         failure(project, f"tests/test_gelu.py::test_gelu[{n}]",
