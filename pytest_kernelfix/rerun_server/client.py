@@ -37,6 +37,8 @@ LATE_ENV = frozenset({PLAN_ENV, LAUNCHED_ENV, "CUDA_VISIBLE_DEVICES", "HIP_VISIB
 START_TIMEOUT = 180.0
 #: Seconds beyond a rerun's own timeout before the session stops waiting for the server.
 GRACE = 30.0
+#: Seconds a server that closed its socket gets to finish exiting before it is described.
+SETTLE = 2.0
 #: Servers kept per process (one per distinct environment); the least recent is closed.
 MAX_SERVERS = 4
 #: A server that failed this many times is not started again in this process.
@@ -179,8 +181,12 @@ class RerunServer:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def state(self, when: str) -> str:
-        """How the server process stands, with the end of its log."""
-        code = self.process.poll()
+        """How the server process stands, with the end of its log. A server that closed
+        its socket may still be exiting, so it gets a moment to finish before we look."""
+        try:
+            code: int | None = self.process.wait(SETTLE)
+        except subprocess.TimeoutExpired:
+            code = None
         tail = _tail(self.log)
         state = f"exited with status {code}" if code is not None else "still running"
         return f"{state}{(' ' + when) if when else ''}{': ' + tail if tail else ''}"
