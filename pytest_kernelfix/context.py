@@ -69,7 +69,7 @@ class SourceFile:
 
     @property
     def lines(self) -> int:
-        return self.text.count("\n") + (0 if self.text.endswith("\n") or not self.text else 1)
+        return _line_count(self.text)
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,6 @@ def truncate_log(
             result[-keep:]
         )
     return result
-
-
-def log_roots(project: Project) -> tuple[str, ...]:
-    """The path prefixes a log shows relative: the rootdir, as given and resolved."""
-    root = os.path.abspath(project.root)
-    return tuple(dict.fromkeys([root, os.path.realpath(root)]))
 
 
 def project_frames(error: ErrorInfo, project: Project, editable: Sequence[str]) -> (
@@ -225,7 +219,7 @@ def error_report(group: BugGroup, project: Project) -> str:
     interpreter frames, one copy of a wrapped traceback.
     """
     failure = group.first
-    roots = log_roots(project)
+    roots = project.roots
     others = len(group.failures) - 1
     parts = [f"Test: {failure.nodeid}" + (f" (and {others} more with the same error)"
                                          if others else "")]
@@ -484,7 +478,7 @@ def build_context(
         rendered_size(test) for test in tests)
     focus, views = fit_views(group.located, texts, max(limit, 2_000))
     editable = list(views.values())
-    roots = log_roots(project)
+    roots = project.roots
     error = ErrorInfo(
         group.first.error.type,
         redact(relative_paths(group.first.error.message, roots), environ),

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 from pytest_kernelfix.capture import Failure, PassedTest
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.reach import Located, Reach, seeds_of
+from pytest_kernelfix.reach import Located, Reach, Seeds, seeds_of
 
 #: Files one bug may edit, at most (the closest to the fault first).
 MAX_EDITABLE_FILES = 8
@@ -43,16 +43,16 @@ class BugGroup:
         return self.failures[0]
 
 
-def locate(failure: Failure, reach: Reach) -> tuple[Located, ...]:
-    """The definitions that may hold the fault of ``failure``, best first."""
-    seeds = seeds_of(
+def failure_seeds(failure: Failure) -> Seeds:
+    """What the test run recorded about ``failure``, as reach reads it. Every case of a
+    parametrized test that failed the same way has the same seeds."""
+    return seeds_of(
         [(frame.path, frame.lineno) for frame in failure.error.frames],
         [(launch.file, launch.line, [(f, n, name) for f, n, name in launch.sites])
          for launch in failure.launches],
         failure.test_path,
         failure.nodeid,
     )
-    return reach.locate(seeds)
 
 
 def editable_files(
@@ -65,7 +65,7 @@ def editable_files(
     reach found, best score first. The project decides which files may be edited at all.
     """
     if located is None:
-        located = locate(failure, Reach(project))
+        located = Reach(project).locate(failure_seeds(failure))
     candidates = [frame.path for frame in reversed(failure.error.frames)]
     candidates += [launch.file for launch in failure.launches]
     candidates += [site[0] for launch in failure.launches for site in launch.sites]
@@ -105,10 +105,13 @@ def group_failures(
     reach = reach or Reach(project)
     buckets: dict[tuple[tuple[str, ...], str], list[Failure]] = {}
     found: dict[str, tuple[tuple[str, ...], tuple[Located, ...]]] = {}
+    by_seeds: dict[Seeds, tuple[tuple[str, ...], tuple[Located, ...]]] = {}
     for failure in failures:
-        located = locate(failure, reach)
-        editable = editable_files(failure, project, located)
-        found[failure.nodeid] = (editable, located)
+        seeds = failure_seeds(failure)  # equal seeds: the same files and definitions
+        if seeds not in by_seeds:
+            located = reach.locate(seeds)
+            by_seeds[seeds] = (editable_files(failure, project, located), located)
+        found[failure.nodeid] = editable, located = by_seeds[seeds]
         key = (tuple(sorted(editable)), failure.error.signature())
         buckets.setdefault(key, []).append(failure)
     groups = []

@@ -23,6 +23,7 @@ the project already had is never held against a fix.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -34,6 +35,7 @@ from pathlib import PurePosixPath
 
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.outcomes import Guard
+from pytest_kernelfix.outline import bindings
 from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
 from pytest_kernelfix.redact import MARKER
 
@@ -212,7 +214,7 @@ class _Wrapper:
     after_launch: Counter[str] = field(default_factory=Counter)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Facts:
     names: Counter[str]
     patches: Counter[str]
@@ -238,19 +240,8 @@ def _names(text: str) -> Counter[str]:
 
 def _aliases(tree: ast.AST) -> dict[str, str]:
     """Local name -> the dotted module path (or module attribute) an import bound to it."""
-    bound: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    bound[alias.asname] = alias.name
-                else:
-                    top = alias.name.split(".")[0]
-                    bound[top] = top
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return bound
+    return {local: imported.dotted for node in ast.walk(tree)
+            for local, imported in bindings(node) if imported.absolute}
 
 
 def _dotted(node: ast.AST, aliases: Mapping[str, str]) -> str:
@@ -362,7 +353,10 @@ def _assigned(targets: Sequence[ast.expr]) -> Iterator[ast.expr]:
             yield target
 
 
+@functools.lru_cache(maxsize=32)
 def _facts(text: str) -> _Facts | None:
+    """What one file's code does, for the checks and the notes on a candidate (cached:
+    both read the same texts, and the originals are the same every round; read only)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -394,7 +388,9 @@ def _facts(text: str) -> _Facts | None:
                 visit(node, prefix)
 
     visit(tree, "")
+    plain_getattrs = 0
     for node in ast.walk(tree):  # kernels run as Python under the interpreter: all code
+        plain_getattrs += _plain_getattr(node)
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
@@ -429,7 +425,7 @@ def _facts(text: str) -> _Facts | None:
                   and node.func.attr in COMPUTE_METHODS):
                 compute[f".{node.func.attr}()"] += 1
     names = _names(text)
-    names["getattr"] -= sum(_plain_getattr(node) for node in ast.walk(tree))
+    names["getattr"] -= plain_getattrs
     return _Facts(+names, patches, compute, io, wrappers, frozenset(functions))
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
+from pytest_kernelfix.outline import bindings
 from pytest_kernelfix.project import DEFAULT_TEST_PATTERNS, Project
 
 #: Namespaces whose public callables a test checks with (or computes its reference
@@ -67,7 +68,7 @@ class CodeSites:
 
     def __init__(self, root: str, test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS) -> None:
         self.project = Project(Path(root), tuple(test_patterns) or DEFAULT_TEST_PATTERNS)
-        self.roots = tuple(dict.fromkeys([os.path.abspath(root), os.path.realpath(root)]))
+        self.roots = self.project.roots
         self._kinds: dict[str, tuple[str, str]] = {}
         self._dirs: dict[str, str] = {}
 
@@ -325,20 +326,8 @@ def _imports(path: str) -> list[tuple[str, str]]:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return []
-    bound: list[tuple[str, str]] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    bound.append((alias.asname, alias.name))
-                else:
-                    top = alias.name.split(".")[0]
-                    bound.append((top, top))
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                if alias.name != "*":
-                    bound.append((alias.asname or alias.name, f"{node.module}.{alias.name}"))
-    return bound
+    return [(local, imported.dotted) for node in tree.body
+            for local, imported in bindings(node) if imported.absolute]
 
 
 class ImportBindings:
@@ -406,10 +395,7 @@ class IntegrityCheck:
             for mode in stack:
                 if id(mode) not in self.allowed_modes:
                     found.append(f"a {label} is active: {describe(type(mode), self.sites)}")
-        for cls in tensor_subclasses():
-            kind, relative = self.sites.of_object(cls)
-            if kind == "project":
-                found.append(f"a Tensor subclass is defined in {relative}: {cls.__qualname__}")
+        found += filter(None, (_subclass_finding(cls, self.sites) for cls in tensor_subclasses()))
         found += self.library.findings()
         found += [item for item in dispatcher_findings(self.sites)
                   if item not in self.baseline_dispatch]
@@ -423,8 +409,10 @@ class IntegrityCheck:
 def project_subclass(value: Any, sites: CodeSites) -> str:
     """The finding for a project-defined Tensor subclass instance, or ""."""
     cls = type(value)
-    if cls.__module__.startswith("torch"):
-        return ""
+    return "" if cls.__module__.startswith("torch") else _subclass_finding(cls, sites)
+
+
+def _subclass_finding(cls: type, sites: CodeSites) -> str:
     kind, relative = sites.of_object(cls)
     if kind != "project":
         return ""

@@ -220,7 +220,7 @@ class LaunchRecorder:
     they first happened; ``count`` counts every launch. ``kernels`` maps each record to
     the live kernel object so that the compile gate can build it for a GPU target.
     With a ``root``, each record carries the frames under it that were on the stack
-    (:func:`launch_sites`). ``on_new`` is called with each distinct launch the moment it
+    (:meth:`SiteFilter.sites`). ``on_new`` is called with each distinct launch the moment it
     is first seen, so that a process that crashes in the kernel has already said what
     it launched. ``on_launch``, when set, runs around every launch (see :data:`LaunchHook`).
     """
@@ -336,26 +336,15 @@ class SiteFilter:
     lies beyond the test function is the test runner)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.prefixes = tuple(dict.fromkeys(
-            os.path.join(path, "") for path in (os.path.abspath(root), os.path.realpath(root))
-        ))
+        self.project = Project(Path(root))
+        self.prefixes = tuple(os.path.join(path, "") for path in self.project.roots)
         self.own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
         self.runner = tuple(
             os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "")
             for name in ("_pytest", "pluggy")
             if (module := sys.modules.get(name)) is not None and module.__file__
         )
-        self.project = Project(Path(root))
         self._decided: dict[str, int] = {}
-
-    def keep(self, filename: str) -> bool:
-        return self._verdict(filename) == _KEEP
-
-    def _verdict(self, filename: str) -> int:
-        decided = self._decided.get(filename)
-        if decided is None:
-            decided = self._decided[filename] = self._decide(filename)
-        return decided
 
     def _decide(self, filename: str) -> int:
         if self.runner and filename.startswith(self.runner):
@@ -374,7 +363,7 @@ class SiteFilter:
             code = frame.f_code
             verdict = decided.get(code.co_filename)
             if verdict is None:
-                verdict = self._verdict(code.co_filename)
+                verdict = decided[code.co_filename] = self._decide(code.co_filename)
             if verdict == _KEEP:
                 found.append((code.co_filename, frame.f_lineno, code.co_name))
                 if len(found) >= MAX_SITES:

@@ -152,10 +152,8 @@ class NeedResolver:
                         merged.append(qualname)
                     new_focus[rel] = merged
                     found.append(f"{label} (editable)")
-                elif self.project.contains(str(self.project.root / rel)):
+                else:  # every path asked for resolves inside the project
                     context.append(view)
                     found.append(f"{label} (read-only)")
-                else:
-                    missing.append(f"{label}: not in the project")
         return NeedAnswer(files, {path: tuple(symbols) for path, symbols in new_focus.items()},
                           tuple(context), tuple(found), tuple(missing))

@@ -29,6 +29,28 @@ class Import:
     name: str = ""
     level: int = 0
 
+    @property
+    def dotted(self) -> str:
+        """``module.name`` (``module`` for ``import module``)."""
+        return f"{self.module}.{self.name}" if self.name else self.module
+
+    @property
+    def absolute(self) -> bool:
+        return bool(self.module) and not self.level
+
+
+def bindings(node: ast.AST) -> list[tuple[str, Import]]:
+    """(local name, what it names) for each name an import statement binds: ``import a.b``
+    binds ``a``; other statements and ``from x import *`` bind none."""
+    if isinstance(node, ast.Import):
+        return [(alias.asname, Import(alias.name)) if alias.asname
+                else (alias.name.split(".")[0], Import(alias.name.split(".")[0]))
+                for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [(alias.asname or alias.name, Import(node.module or "", alias.name, node.level))
+                for alias in node.names if alias.name != "*"]
+    return []
+
 
 @dataclass(frozen=True)
 class Definition:
@@ -63,7 +85,6 @@ class Definition:
 class ModuleIndex:
     """The definitions and imports of one module's text (``error`` when it does not parse)."""
 
-    lines: int
     definitions: tuple[Definition, ...] = ()
     imports: tuple[tuple[str, Import], ...] = ()
     import_span: tuple[int, int] = (0, 0)
@@ -262,11 +283,10 @@ def _has_config(value: ast.AST) -> bool:
 @functools.lru_cache(maxsize=256)
 def parse_module(text: str) -> ModuleIndex:
     """Index ``text`` (a module's source); a module that does not parse has no definitions."""
-    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError) as error:
-        return ModuleIndex(lines, error=f"{type(error).__name__}: {error}")
+        return ModuleIndex(error=f"{type(error).__name__}: {error}")
     definitions: list[Definition] = []
     imports: list[tuple[str, Import]] = []
     import_lines: list[int] = []
@@ -297,19 +317,8 @@ def parse_module(text: str) -> ModuleIndex:
                         _called(n) for n in ast.walk(node.value) if isinstance(n, ast.Call)
                     )),
                 ))
-        elif isinstance(node, ast.Import):
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
             import_lines += [node.lineno, node.end_lineno or node.lineno]
-            for alias in node.names:
-                if alias.asname:
-                    imports.append((alias.asname, Import(alias.name)))
-                else:
-                    head = alias.name.split(".")[0]
-                    imports.append((head, Import(head)))
-        elif isinstance(node, ast.ImportFrom):
-            import_lines += [node.lineno, node.end_lineno or node.lineno]
-            for alias in node.names:
-                if alias.name != "*":
-                    imports.append((alias.asname or alias.name,
-                                    Import(node.module or "", alias.name, node.level)))
+            imports += bindings(node)
     span = (min(import_lines), max(import_lines)) if import_lines else (0, 0)
-    return ModuleIndex(lines, tuple(definitions), tuple(imports), span)
+    return ModuleIndex(tuple(definitions), tuple(imports), span)

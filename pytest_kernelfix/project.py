@@ -11,6 +11,7 @@ file did the model mean?" asks a :class:`Project`, so the rules live in one plac
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ class Project:
 
     # -- where things are ---------------------------------------------------------
 
+    @functools.cached_property
+    def roots(self) -> tuple[str, ...]:
+        """The rootdir as given and resolved (the same when no link leads to it)."""
+        return tuple(dict.fromkeys([os.path.abspath(self.root), os.path.realpath(self.root)]))
+
     def contains(self, path: str | os.PathLike[str]) -> bool:
         return bool(path) and is_within(path, self.root)
 
@@ -71,7 +77,7 @@ class Project:
         if any(marker in Path(path).parts for marker in _ENV_MARKERS):
             return True
         current = Path(os.path.abspath(path)).parent
-        roots = (Path(os.path.abspath(self.root)), Path(os.path.realpath(self.root)))
+        roots = [Path(root) for root in self.roots]
         root = next((r for r in roots if r in current.parents), roots[0])  # a linked root too
         while current != root and root in current.parents:
             if (current / "pyvenv.cfg").exists():
@@ -87,14 +93,19 @@ class Project:
             for pattern in self.paths
         )
 
+    def is_source(self, path: str) -> bool:
+        """A Python file of the project's own code: inside the root, not installed, not a
+        test or a conftest."""
+        if not path.endswith(".py") or not self.contains(path) or self.in_environment(path):
+            return False
+        return not self.is_test_file(self.relative(path))
+
     def editable(self, path: str) -> str:
         """The relative path of ``path`` if a fix may edit it, else ""."""
-        if not path or not path.endswith(".py") or not self.contains(path):
-            return ""
-        if not os.path.isfile(path) or self.in_environment(path):
+        if not path or not os.path.isfile(path) or not self.is_source(path):
             return ""
         rel = self.relative(path)
-        if self.is_test_file(rel) or not self.in_paths(rel) or not is_plain_source(path, self.root):
+        if not self.in_paths(rel) or not is_plain_source(path, self.root):
             return ""
         return rel
 
@@ -104,7 +115,7 @@ class Project:
         """The editable ones among absolute ``candidates``, relative, first seen first."""
         skipped = {os.path.abspath(path) for path in exclude if path}
         found: list[str] = []
-        for path in candidates:
+        for path in dict.fromkeys(candidates):  # each file is read once
             if path and os.path.abspath(path) in skipped:
                 continue
             rel = self.editable(path)

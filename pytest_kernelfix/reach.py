@@ -92,10 +92,11 @@ def high_group(scores: Sequence[float]) -> int:
             return keep
         gaps = [scores[i] - scores[i + 1] for i in range(keep - 1)]
         widest = max(gaps)
-        others = [gap for index, gap in enumerate(gaps) if index != gaps.index(widest)]
+        cut = gaps.index(widest)
+        others = [gap for index, gap in enumerate(gaps) if index != cut]
         if widest <= 0 or widest <= 2 * (sum(others) / len(others)):
             return keep
-        before, keep = keep, gaps.index(widest) + 1
+        before, keep = keep, cut + 1
         if keep <= before / 2:
             break
     return keep
@@ -110,17 +111,17 @@ class Reach:
         self._modules: dict[str, tuple[int, int, ModuleIndex | None]] = {}
         self._module_files: dict[tuple[str, int, str], str] = {}
         self._files: list[str] | None = None
+        self._readable: dict[str, bool] = {}
 
     # -- files and modules --------------------------------------------------------------
 
     def readable(self, path: str) -> bool:
-        """A project source that reach may read: inside the root, not installed, not a
-        test or a conftest (those are read-only context, not code to follow)."""
-        if not path.endswith(".py") or not self.project.contains(path):
-            return False
-        if self.project.in_environment(path):
-            return False
-        return not self.project.is_test_file(self.project.relative(path))
+        """A project source that reach may read (:meth:`Project.is_source`; tests and
+        conftests are read-only context, not code to follow), decided once per path."""
+        known = self._readable.get(path)
+        if known is None:
+            known = self._readable[path] = self.project.is_source(path)
+        return known
 
     def module(self, path: str) -> ModuleIndex | None:
         """The index of a project file (None when unreadable)."""

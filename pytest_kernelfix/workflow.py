@@ -24,7 +24,7 @@ from filelock import FileLock
 
 from pytest_kernelfix.capture import Failure, PassedTest, Selection
 from pytest_kernelfix.config import Settings
-from pytest_kernelfix.context import build_context, log_roots
+from pytest_kernelfix.context import build_context
 from pytest_kernelfix.crashes import reproduce_crashes
 from pytest_kernelfix.failure import clean_log
 from pytest_kernelfix.fixers.base import Fixer, ProposalRequest
@@ -53,7 +53,6 @@ from pytest_kernelfix.verify import Runner, Verifier
 from pytest_kernelfix.writeback import StaleFileError, write_back
 
 Progress = Callable[[str], None]
-SandboxFactory = Callable[[Path, Sequence[str]], Sandbox]
 
 
 @dataclass(frozen=True)
@@ -77,10 +76,6 @@ class SessionInputs:
         return self.setup.device.mode
 
 
-def _create_sandbox(root: Path, exclude: Sequence[str]) -> Sandbox:
-    return Sandbox.create(root, exclude=exclude)
-
-
 @dataclass(frozen=True)
 class Stages:
     """The parts of a session a caller chooses: who proposes, what is refused statically,
@@ -89,7 +84,6 @@ class Stages:
     fixer: Fixer
     guard: Guard | None = None
     runner: Runner = run_tests
-    sandbox: SandboxFactory = _create_sandbox
     progress: Progress = lambda line: None
 
 
@@ -193,7 +187,7 @@ class _Session:
             if not group.editable:
                 result = _skipped(group, NO_EDITABLE_SOURCE)
             else:
-                sandbox = sandbox or stages.sandbox(inputs.project.root, self.exclude)
+                sandbox = sandbox or Sandbox.create(inputs.project.root, exclude=self.exclude)
                 counted = _Counted(stages.runner)
 
                 def progress(line: str, group: BugGroup = group) -> None:
@@ -253,13 +247,10 @@ def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[
     """Rerun the tests that crashed their xdist worker alone in a sandbox, so that what
     they launched before the crash is known when the failures are grouped."""
     stages.progress("rerunning the tests that crashed their worker, alone in the sandbox")
-    sandbox = stages.sandbox(inputs.project.root, exclude)
-    try:
+    with Sandbox.create(inputs.project.root, exclude=exclude) as sandbox:
         failures, notes = reproduce_crashes(inputs.failures, inputs.setup, sandbox.root,
                                             stages.runner, inputs.project,
                                             Selection.of(inputs.settings.select))
-    finally:
-        sandbox.close()
     return replace(inputs, failures=failures, notes=inputs.notes + notes)
 
 
@@ -306,10 +297,9 @@ def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None
 
 
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
-             reach: Reach | None = None) -> HealResult:
+             reach: Reach) -> HealResult:
     """One bug: baseline and triage, then the round loop, in the given sandbox."""
     project = inputs.project
-    reach = reach or Reach(project)
     try:
         originals = read_originals(project.root, group.editable)
     except (OSError, UnicodeDecodeError) as error:
@@ -334,7 +324,7 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             edits = ", ".join(e.level for e in record.edits) or "no edits"
             stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
 
-        roots = (*log_roots(project), str(sandbox.root))
+        roots = (*project.roots, str(sandbox.root))
 
         def tidy(text: str) -> str:
             return clean_log(text, roots)
@@ -382,13 +372,12 @@ def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResu
 
 def finish(
     inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float,
-    *, reruns: Mapping[int, RerunStats] | None = None, workers: int = 1,
+    *, reruns: Mapping[int, RerunStats], workers: int,
 ) -> SessionReport:
     """Write patches and reports (and, in apply mode, the healed files); the report.
 
     ``reruns`` holds each bug's rerun statistics by its index in ``results``.
     """
-    reruns = reruns or {}
     settings = inputs.settings
     report_dir = settings.report_dir
     report_dir.mkdir(parents=True, exist_ok=True)
