@@ -14,7 +14,6 @@ few nodeids (xdist, ``-x``, coverage, report files, ``-k``/``-m``) is left out.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
@@ -34,6 +33,7 @@ from pytest_kernelfix import rerun_server
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.rerun_plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, RerunPlan
+from pytest_kernelfix.rerun_server.wire import exited, kill_group
 
 #: How much of the child's merged stdout/stderr a result keeps.
 OUTPUT_TAIL = 8 * 1024
@@ -456,7 +456,7 @@ _DROPPED_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", PLAN_ENV})
 _DROPPED_ENV_PREFIXES = ("PYTEST_XDIST_", "COV_CORE_")
 
 
-def child_env(base: Mapping[str, str], spec: RerunSpec, plan_file: Path) -> dict[str, str]:
+def child_env(base: Mapping[str, str], setup: RerunSetup, plan_file: Path) -> dict[str, str]:
     """The parent's environment without what would reconfigure or leak out of the child."""
     env = {
         key: value
@@ -468,9 +468,9 @@ def child_env(base: Mapping[str, str], spec: RerunSpec, plan_file: Path) -> dict
     if "PYTEST_PLUGINS" in env:  # loading the healer by module name would bypass -p no:
         env["PYTEST_PLUGINS"] = ",".join(plugins)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if spec.setup.device.interpret:
+    if setup.device.interpret:
         env["TRITON_INTERPRET"] = "1"
-    env.update(spec.setup.env)
+    env.update(setup.env)
     env[PLAN_ENV] = str(plan_file)
     return env
 
@@ -526,7 +526,7 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable) -> RerunResult:
         plan.write(plan_file)
         start = time.monotonic()
         mode, fallback, returncode, timed_out = _launch(
-            spec, build_command(spec, python), child_env(os.environ, spec, plan_file), log,
+            spec, build_command(spec, python), child_env(os.environ, spec.setup, plan_file), log,
             python)
         seconds = time.monotonic() - start
         data = read_results(Path(plan.output))
@@ -557,10 +557,9 @@ def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Pa
     """Start the child the setup's way: (mode, why not forked, returncode, timed out)."""
     cwd = Path(spec.sandbox_root)
     env = {**env, LAUNCHED_ENV: repr(time.time())}  # the child's phase timings start here
-    why = rerun_server.unavailable_reason(spec.setup.mode)
-    if not why:
+    server, why = _server(spec.setup, env, python)
+    if server is not None:
         try:
-            server = rerun_server.server_for(python, env, Path(spec.original_root))
             done = server.run(command[3:], cwd=cwd, env=env, log=log,
                               timeout=spec.setup.timeout)
             return "fork", "", done.returncode, done.timed_out
@@ -571,19 +570,22 @@ def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Pa
     return "subprocess", "" if spec.setup.mode == "subprocess" else why, returncode, timed_out
 
 
-def prestart(setup: RerunSetup, *, python: str = sys.executable) -> str:
-    """Start the session's rerun server now, so its imports overlap other work; returns
-    why reruns will not fork ("" when they will try)."""
+def _server(setup: RerunSetup, env: Mapping[str, str],
+            python: str) -> tuple[rerun_server.RerunServer | None, str]:
+    """The rerun server for these reruns, or None and why they will not fork."""
     why = rerun_server.unavailable_reason(setup.mode)
     if why:
-        return why
-    spec = RerunSpec(setup, Path(setup.original_root), ())
-    env = child_env(os.environ, spec, Path(os.devnull))  # the plan file is per rerun
+        return None, why
     try:
-        rerun_server.server_for(python, env, Path(setup.original_root))
+        return rerun_server.server_for(python, env, Path(setup.original_root)), ""
     except rerun_server.ForkUnavailable as error:
-        return str(error)
-    return ""
+        return None, str(error)
+
+
+def prestart(setup: RerunSetup, *, python: str = sys.executable) -> None:
+    """Start the session's rerun server now, so its imports overlap other work (a server
+    that cannot start is found again, and reported, by the first rerun)."""
+    _server(setup, child_env(os.environ, setup, Path(os.devnull)), python)  # plan: per rerun
 
 
 def close_servers() -> None:
@@ -613,12 +615,8 @@ class RerunStats:
 
     def add(self, result: RerunResult) -> RerunStats:
         hits, lookups = result.compile_cache
-        fallbacks = self.fallbacks
-        if result.fallback and result.fallback not in fallbacks:
-            fallbacks += (result.fallback,)
-        return RerunStats(self.count + 1, self.seconds + result.seconds,
-                          self.forked + (result.mode == "fork"), fallbacks,
-                          self.cache_hits + hits, self.cache_lookups + lookups)
+        return self + RerunStats(1, result.seconds, int(result.mode == "fork"),
+                                 (result.fallback,) if result.fallback else (), hits, lookups)
 
     def __add__(self, other: RerunStats) -> RerunStats:
         fallbacks = self.fallbacks + tuple(f for f in other.fallbacks if f not in self.fallbacks)
@@ -667,7 +665,7 @@ def _run_group(
     try:
         timed_out = not _wait_exited(process, timeout)
     finally:
-        _kill_group(process.pid)
+        kill_group(process.pid)
         returncode = process.wait()
     return returncode, timed_out
 
@@ -681,23 +679,13 @@ def _wait_exited(process: subprocess.Popen[bytes], timeout: float) -> bool:
         return True
     deadline = time.monotonic() + timeout
     delay = 0.005
-    while True:
-        try:
-            state = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if state is not None:
-            return True
+    while not exited(process.pid):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
         time.sleep(min(delay, remaining))
         delay = min(delay * 2, 0.05)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    return True
 
 
 def read_results(path: Path) -> dict[str, Any]:

@@ -72,19 +72,18 @@ def test_map_root_paths_points_absolute_paths_at_the_sandbox(tmp_path: Path) -> 
 
 def test_child_env_drops_the_parents_pytest_state(tmp_path: Path) -> None:
     setup = RerunSetup(tmp_path, 10.0, DevicePlan(interpret=True), env={"EXTRA": "1"})
-    spec = RerunSpec(setup, tmp_path, ("t.py::a",))
     parent = {
         "PATH": "/bin", "PYTEST_ADDOPTS": "-x", "PYTEST_XDIST_WORKER": "gw1",
         "PYTEST_XDIST_TESTRUNUID": "u", "PYTEST_XDIST_WORKER_COUNT": "2",
         "PYTEST_CURRENT_TEST": "t.py::a (call)", "COV_CORE_SOURCE": "src", PLAN_ENV: "old",
         "PYTEST_PLUGINS": "myplugin,pytest_kernelfix.plugin",
     }
-    env = child_env(parent, spec, tmp_path / "plan.json")
+    env = child_env(parent, setup, tmp_path / "plan.json")
     assert env == {
         "PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1", "TRITON_INTERPRET": "1", "EXTRA": "1",
         PLAN_ENV: str(tmp_path / "plan.json"), "PYTEST_PLUGINS": "myplugin",
     }
-    on_gpu = RerunSpec(RerunSetup(tmp_path, 1.0, DevicePlan(interpret=False)), tmp_path, ())
+    on_gpu = RerunSetup(tmp_path, 1.0, DevicePlan(interpret=False))
     assert "TRITON_INTERPRET" not in child_env({}, on_gpu, tmp_path / "p")
 
 

@@ -55,7 +55,6 @@ class ForkResult:
 
     returncode: int
     timed_out: bool
-    pid: int = 0
 
 
 def unavailable_reason(mode: str) -> str:
@@ -86,7 +85,7 @@ class RerunServer:
         self.failure = ""
         self._send_lock = threading.Lock()
         self._ready_lock = threading.Lock()
-        self._ready: dict[str, Any] | None = None
+        self._ready = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.control = ours
         started_env = server_env(env)
@@ -115,20 +114,20 @@ class RerunServer:
     def alive(self) -> bool:
         return not self.failure and self.process.poll() is None
 
-    def ready(self, timeout: float = START_TIMEOUT) -> dict[str, Any]:
-        """Wait for the server's imports; its readiness line (what it warmed, how long)."""
+    def ready(self) -> None:
+        """Wait for the server's imports (its readiness line); raises
+        :class:`ForkUnavailable` when it never became ready."""
         with self._ready_lock:
-            if self._ready is not None:
-                return self._ready
+            if self._ready:
+                return
             if self.failure:
                 raise ForkUnavailable(self.failure)
-            info = read_event(self.control, time.monotonic() + timeout)
+            info = read_event(self.control, time.monotonic() + START_TIMEOUT)
             if not info.get("ready"):
                 why = info.get("reason") or self.state("during start-up")
                 self._fail(f"the rerun server could not start: {why}")
                 raise ForkUnavailable(self.failure)
-            self._ready = info
-            return info
+            self._ready = True
 
     def run(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: Path,
             timeout: float) -> ForkResult:
@@ -158,13 +157,13 @@ class RerunServer:
             pid = int(started["pid"])
             exited = read_event(mine, deadline)
             if exited.get("event") == "exited":
-                return ForkResult(int(exited["returncode"]), bool(exited["timed_out"]), pid)
+                return ForkResult(int(exited["returncode"]), bool(exited["timed_out"]))
             # The server died, or hangs past the deadline, with our child running: the
             # child is ours to end now (its zombie keeps the group id until init reaps).
             hung = time.monotonic() >= deadline
             kill_group(pid)
             self._fail(f"the rerun server stopped during a rerun: {self.state('')}")
-            return ForkResult(-signal.SIGKILL, hung, pid)
+            return ForkResult(-signal.SIGKILL, hung)
         finally:
             mine.close()
 

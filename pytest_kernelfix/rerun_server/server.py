@@ -20,7 +20,13 @@ from typing import Any
 
 from pytest_kernelfix.rerun_server.child import child_main
 from pytest_kernelfix.rerun_server.warm import warm_up
-from pytest_kernelfix.rerun_server.wire import CONTROL_ENV, ROOT_ENV, kill_group, send_line
+from pytest_kernelfix.rerun_server.wire import (
+    CONTROL_ENV,
+    ROOT_ENV,
+    exited,
+    kill_group,
+    send_line,
+)
 
 #: How often a child's end is polled where pidfds are not available.
 POLL = 0.01
@@ -127,7 +133,6 @@ class _Loop:
                 pass
         finally:
             for child in list(self.children.values()):
-                kill_group(child.pid)
                 self._finish(child, timed_out=False)
 
     def _step(self) -> bool:
@@ -218,21 +223,20 @@ class _Loop:
     def _check_children(self) -> None:
         now = time.monotonic()
         for child in list(self.children.values()):
-            if _exited(child.pid):
+            if exited(child.pid):
                 self._finish(child, timed_out=False)
             elif now >= child.deadline:
-                kill_group(child.pid)
                 self._finish(child, timed_out=True)
 
     def _abandoned(self, conn: socket.socket) -> None:
         """The session gave up on a rerun (or died): end its child now."""
         for child in list(self.children.values()):
             if child.conn is conn:
-                kill_group(child.pid)
                 self._finish(child, timed_out=True)
 
     def _finish(self, child: _Child, *, timed_out: bool) -> None:
-        """Kill what the child left in its group, reap it, report, forget it."""
+        """Kill the child's group (all of it at the deadline or when abandoned, what it
+        left behind otherwise), reap it, report, forget it."""
         kill_group(child.pid)  # the leader is a zombie at most: the group id is still ours
         _, status = os.waitpid(child.pid, 0)
         self.children.pop(child.pid, None)
@@ -241,12 +245,3 @@ class _Loop:
         send_line(child.conn, {"event": "exited", "timed_out": timed_out,
                                "returncode": os.waitstatus_to_exitcode(status)})
         child.conn.close()
-
-
-def _exited(pid: int) -> bool:
-    """Whether ``pid`` has ended, without reaping it (its group id stays reserved)."""
-    try:
-        state = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return state is not None

@@ -74,3 +74,13 @@ def kill_group(pgid: int) -> None:
     """SIGKILL a process group; nothing when it is gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def exited(pid: int) -> bool:
+    """Whether our child ``pid`` has ended, without reaping it (its group id stays
+    reserved for :func:`kill_group`)."""
+    try:
+        state = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return state is not None
