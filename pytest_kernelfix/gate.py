@@ -23,7 +23,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from typing import Any
 
 from pytest_kernelfix.launches import KernelLaunch, constexpr_value, python_function
 from pytest_kernelfix.shim.devices import known_capabilities, shared_limit
-from pytest_kernelfix.target import DEFAULT_TARGET
+from pytest_kernelfix.target import cuda_capability
 
 RESULT_DIR = "kernelfix-gate"
 _HIP_SHARED = {"gfx90a": 65536, "gfx942": 65536, "gfx950": 163840}
@@ -102,8 +101,7 @@ def parse_target(text: str, *, require_backend: bool = True) -> GpuTarget:
     """
     backend, _, arch = text.strip().lower().partition(":")
     if backend == "cuda":
-        digits = re.fullmatch(r"(?:sm_?)?(\d{2,3})", arch or DEFAULT_TARGET.partition(":")[2])
-        capability = None if digits is None else divmod(int(digits.group(1)), 10)
+        capability = cuda_capability(text)
         limit = None if capability is None else shared_limit(capability)
         if capability is None or limit is None:
             known = ", ".join(f"cuda:{major}{minor}" for major, minor in known_capabilities())

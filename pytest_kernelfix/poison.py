@@ -231,7 +231,7 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
             return func(*args, **kwargs)
 
         def _observe(self, values: tuple[Any, ...], frame: Any) -> None:
-            tensors = [v for v in _tensors(values) if isinstance(v, torch.Tensor)]
+            tensors = list(_tensors(values))
             for tensor in tensors:
                 if type(tensor) is not torch.Tensor:
                     finding = project_subclass(tensor, sites)

@@ -7,6 +7,8 @@ plugin's entry point reads it.
 
 from __future__ import annotations
 
+import re
+
 #: The target when none is configured: an H100 (sm_90).
 DEFAULT_TARGET = "cuda:90"
 #: Words that turn the compile gate off.
@@ -18,16 +20,18 @@ def gate_enabled(target: str) -> bool:
     return target.strip().lower() not in OFF
 
 
-def _cuda_capability(target: str) -> tuple[int, int] | None:
+def cuda_capability(target: str) -> tuple[int, int] | None:
+    """The (major, minor) a ``cuda:NN`` (or ``cuda:sm_NN``) target names, the default's
+    for a bare ``cuda``; None for any other backend or an arch that is no capability."""
     backend, _, arch = target.strip().lower().partition(":")
-    arch = arch.removeprefix("sm_").removeprefix("sm")
-    if backend == "cuda" and arch.isdigit() and len(arch) >= 2:
-        return int(arch[:-1]), int(arch[-1])
-    return None
+    if backend != "cuda":
+        return None
+    digits = re.fullmatch(r"(?:sm_?)?(\d{2,3})", arch or DEFAULT_TARGET.partition(":")[2])
+    return None if digits is None else divmod(int(digits.group(1)), 10)
 
 
 #: What the shim's ``torch.cuda`` answers when the target names no CUDA capability.
-DEFAULT_CAPABILITY: tuple[int, int] = _cuda_capability(DEFAULT_TARGET) or (0, 0)
+DEFAULT_CAPABILITY: tuple[int, int] = cuda_capability(DEFAULT_TARGET) or (0, 0)
 
 
 def capability_of(target: str) -> tuple[int, int]:
@@ -36,4 +40,4 @@ def capability_of(target: str) -> tuple[int, int]:
     A HIP target or ``off`` still needs a capability for the shim's ``torch.cuda``: it
     answers as the default GPU.
     """
-    return _cuda_capability(target) or DEFAULT_CAPABILITY
+    return cuda_capability(target) or DEFAULT_CAPABILITY

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pytest_kernelfix.capture import Failure
 from pytest_kernelfix.context import truncate_log
@@ -35,7 +36,10 @@ from pytest_kernelfix.sensitivity import BYPASS, UNMEASURED, judge_poisoned
 from pytest_kernelfix.shim.limits import bf16_limitation
 
 _FEEDBACK_TESTS = 3
-#: Verdicts :meth:`Verifier.judge` reaches only after the regression check.
+#: Verdicts on the failing tests that the regression set may still overrule, as it would
+#: in one combined rerun (:meth:`Verifier.judge` reaches them after the regression check).
+#: An integrity finding is not among them: a candidate that changed what the tests check
+#: is rejected for that, whatever the regression set says, so it costs no second rerun.
 _JUDGED_AFTER_REGRESSION = ("bypass", "gate")
 
 
@@ -63,8 +67,7 @@ def describe_outcome(outcome: TestOutcome) -> str:
 
 def gate_results(result: RerunResult) -> list[GateResult]:
     """The compile gate's verdicts on every project kernel the rerun launched."""
-    items = result.extra.get("gate")
-    return [GateResult.from_json(item) for item in items] if isinstance(items, list) else []
+    return [GateResult.from_json(item) for item in _gate_items(result)]
 
 
 def gate_rejections(result: RerunResult) -> list[GateResult]:
@@ -409,7 +412,7 @@ class Verifier:
                        kind="failing")
 
 
-def _gate_items(result: RerunResult) -> list[object]:
+def _gate_items(result: RerunResult) -> list[Any]:
     items = result.extra.get("gate")
     return list(items) if isinstance(items, list) else []
 
