@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.config import SELECT_WORDS
 from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project, is_within
@@ -65,11 +66,17 @@ def crash_failure(nodeid: str, root: Path, message: str, *, marked: bool) -> Fai
                    crashed=True, marked=marked)
 
 
-def involved_hashes(paths: Iterable[str], root: Path) -> tuple[tuple[str, str], ...]:
-    """(path, sha256) of the project files among ``paths``, for apply mode."""
+def involved_hashes(error: ErrorInfo, launches: Iterable[KernelLaunch], root: Path) -> (
+    tuple[tuple[str, str], ...]
+):
+    """(path, sha256) of the project files a failure involves (its traceback, its
+    kernels and their launch sites), for apply mode."""
+    launches = tuple(launches)
+    paths = {frame.path for frame in error.frames} | {launch.file for launch in launches}
+    paths |= {site[0] for launch in launches for site in launch.sites}
     return tuple(sorted(
         (path, file_digest(path))
-        for path in set(paths)
+        for path in paths
         if path and is_within(path, root) and os.path.isfile(path)
     ))
 
@@ -87,7 +94,7 @@ class Selection:
     @classmethod
     def of(cls, items: Sequence[str]) -> Selection:
         return cls("kernel" in items, "launched" in items,
-                   tuple(item for item in items if item not in ("kernel", "launched")))
+                   tuple(item for item in items if item not in SELECT_WORDS))
 
     def matches(self, nodeid: str) -> bool:
         return any(fnmatch.fnmatchcase(nodeid, glob) for glob in self.globs)
@@ -130,9 +137,7 @@ def report_record(
     }
     if error is not None:
         record["error"] = error.to_json()
-        involved = {frame.path for frame in error.frames} | {launch.file for launch in launches}
-        involved |= {site[0] for launch in launches for site in launch.sites}
-        record["hashes"] = [list(pair) for pair in involved_hashes(involved, root)]
+        record["hashes"] = [list(pair) for pair in involved_hashes(error, launches, root)]
     return record
 
 

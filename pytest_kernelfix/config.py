@@ -320,8 +320,7 @@ def parse_select(text: str) -> tuple[str, ...]:
     A word that is neither and does not look like a glob or a nodeid (no ``*?[/:.``) is
     a usage error, so a typo such as ``lauched`` does not silently heal nothing.
     """
-    items = tuple(dict.fromkeys(
-        item for item in text.replace(",", " ").split() if item.strip()))
+    items = tuple(dict.fromkeys(text.replace(",", " ").split()))
     for item in items:
         if item not in SELECT_WORDS and not any(char in item for char in "*?[/:."):
             raise pytest.UsageError(

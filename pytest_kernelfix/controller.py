@@ -10,6 +10,7 @@ never changes a test outcome or the exit status.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from pytest_kernelfix.capture import (
 )
 from pytest_kernelfix.capturing import WORKER_NOTES
 from pytest_kernelfix.config import Settings
+from pytest_kernelfix.device import is_xdist_controller
 from pytest_kernelfix.project import Project
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ def session_project(config: pytest.Config, settings: Settings) -> Project:
 
 
 def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> RerunSetup:
-    """What every rerun of this session shares (built once per session)."""
+    """What every rerun of this session shares."""
     from pytest_kernelfix.rerun import RerunSetup, carried_args
     from pytest_kernelfix.rerun_plan import device_plan
 
@@ -99,12 +101,6 @@ CRASH_HINT = (
 )
 
 
-def _distributed(config: pytest.Config) -> bool:
-    """Tests run in xdist workers (this process is the controller)."""
-    return str(getattr(config.option, "dist", "no") or "no") != "no" or bool(
-        getattr(config.option, "numprocesses", None))
-
-
 class HealingController:
     """Collects failures and passes, heals once the run is over, prints the summary."""
 
@@ -133,6 +129,12 @@ class HealingController:
                 xmlpath, str(getattr(config.option, "junitprefix", None) or ""),
                 lambda: self.report, self.ci_notes.append), "kernelfix-junit")
 
+    @functools.cached_property
+    def setup(self) -> RerunSetup:
+        """How this session reruns tests: built once, for the early server start and for
+        healing alike."""
+        return rerun_setup(self.config, self.settings, self.device)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
         if not isinstance(record, dict):
@@ -159,7 +161,7 @@ class HealingController:
         from pytest_kernelfix.rerun import prestart
 
         try:
-            prestart(rerun_setup(self.config, self.settings, self.device))
+            prestart(self.setup)
             self._warmed = True
         except Exception:  # healing starts the server (or runs subprocesses) by itself
             return
@@ -179,7 +181,7 @@ class HealingController:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         """Without xdist a crash ends the session; say how to heal crashes."""
-        if _distributed(config):
+        if is_xdist_controller(config):  # the rule that placed the capture plugin
             return []
         return [CRASH_HINT]
 
@@ -238,8 +240,8 @@ class HealingController:
             failures=tuple(self.failures),
             passed=tuple(self.passed),
             settings=self.settings,
-            setup=rerun_setup(self.config, self.settings, self.device),
-            project=session_project(self.config, self.settings),
+            setup=self.setup,
+            project=self.project,
             notes=tuple(self.notes),
         )
 

@@ -48,10 +48,8 @@ def reproduce(failure: Failure, setup: RerunSetup, sandbox_root: Path, runner: R
 def _with(failure: Failure, error: ErrorInfo, longrepr: str,
           launches: Sequence[KernelLaunch], project: Project) -> Failure:
     kept = tuple(launches)
-    paths = [frame.path for frame in error.frames] + [launch.file for launch in kept]
-    paths += [site[0] for launch in kept for site in launch.sites]
     return replace(failure, error=error, longrepr=longrepr, launches=kept,
-                   hashes=involved_hashes(paths, project.root))
+                   hashes=involved_hashes(error, kept, project.root))
 
 
 def reproduce_crashes(

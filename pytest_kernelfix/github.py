@@ -26,7 +26,13 @@ from typing import Any
 
 from pytest_kernelfix.outcomes import HEALED, SKIPPED
 from pytest_kernelfix.redact import redact
-from pytest_kernelfix.report import BugReport, SessionReport, repository_root, write_atomic
+from pytest_kernelfix.report import (
+    BugReport,
+    SessionReport,
+    error_headline,
+    repository_root,
+    write_atomic,
+)
 
 SUGGESTIONS_FILE = "suggestions.rdjson"
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -149,7 +155,7 @@ def _tests(bug: BugReport) -> str:
 def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
     """One ``::notice`` (healed) or ``::warning`` (unhealed, skipped) line for ``bug``."""
     result, group = bug.result, bug.group
-    headline = group.first.error.headline[:300]
+    headline = error_headline(group)
     if result.status == HEALED:
         command, title = "notice", f"kernelfix healed {group.id}"
         where = first_change(bug)
@@ -222,7 +228,7 @@ def _diagnostics(bug: BugReport, report: SessionReport, repo_root: Path) -> list
     result, group = bug.result, bug.group
     message = (f"kernelfix healed {group.id}: {_tests(bug)} pass with this change, verified "
                "by rerunning them and the tests that passed before on a copy of the project."
-               f"\n\nThe error was: `{group.first.error.headline[:300]}`")
+               f"\n\nThe error was: `{error_headline(group)}`")
     out = []
     for path in result.changed_files:
         original = result.original[path]

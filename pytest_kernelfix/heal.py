@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pytest_kernelfix.context import BugContext
-from pytest_kernelfix.engine.files import apply_proposal, cumulative_diff
+from pytest_kernelfix.engine.diff import cumulative_diff
+from pytest_kernelfix.engine.files import EditOutcome, apply_proposal
 from pytest_kernelfix.engine.parse import FORMAT_HINT
 from pytest_kernelfix.fixers.base import (
     Attempt,
@@ -40,7 +41,6 @@ from pytest_kernelfix.outcomes import (
     SKIPPED,
     UNCERTIFIABLE,
     UNHEALED,
-    EditOutcome,
     Guard,
     HealResult,
     RoundRecord,

@@ -28,11 +28,14 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_kernelfix.atomic import replace_file
-from pytest_kernelfix.report import SessionReport
+
+if TYPE_CHECKING:  # loaded at configure time: the report's imports wait for a report
+    from pytest_kernelfix.report import SessionReport
 
 #: Characters XML 1.0 cannot hold, even escaped.
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

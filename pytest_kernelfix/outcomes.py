@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pytest_kernelfix.engine.files import EditOutcome, cumulative_diff
+from pytest_kernelfix.engine.diff import cumulative_diff
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import Usage
+
+if TYPE_CHECKING:  # the matcher (rapidfuzz, numpy) is not loaded to read a report
+    from pytest_kernelfix.engine.files import EditOutcome
 
 HEALED, UNHEALED, SKIPPED = "healed", "unhealed", "skipped"
 #: Every status a bug can end with, in report order.

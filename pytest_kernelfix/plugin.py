@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_kernelfix import config as kernelfix_config
-from pytest_kernelfix.rerun_plan import PLAN_ENV
 from pytest_kernelfix.target import capability_of
 
 if TYPE_CHECKING:  # quoted below: the plugin objects' modules load only when healing
@@ -50,17 +49,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _in_rerun() -> bool:
     """A rerun child: its own agent prepares the device and records outcomes."""
+    from pytest_kernelfix.rerun_plan import PLAN_ENV  # only once an option asks for us
+
     return bool(os.environ.get(PLAN_ENV))
 
 
 def _wanted(config: pytest.Config, namespace: Any = None) -> bool:
-    if _in_rerun():
-        return False
     resolve = kernelfix_config.resolve
     healing = bool(resolve(config, "kernelfix", namespace)) or bool(
         resolve(config, "kernelfix_apply", namespace)
     )
-    return healing or kernelfix_config.device_requested(config, namespace)
+    if not healing and not kernelfix_config.device_requested(config, namespace):
+        return False
+    return not _in_rerun()
 
 
 @pytest.hookimpl(tryfirst=True)

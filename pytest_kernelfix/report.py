@@ -26,6 +26,8 @@ from pytest_kernelfix.rerun import RerunStats
 
 SCHEMA_VERSION = 1
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
+#: How much of an error line patches, reports and CI annotations show.
+HEADLINE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,17 @@ def patch_name(group: BugGroup) -> str:
     return f"{group.id}.patch"
 
 
+def error_headline(group: BugGroup) -> str:
+    """The bug's error line as patches, reports and CI annotations show it."""
+    return group.first.error.headline[:HEADLINE_CHARS]
+
+
 def patch_text(group: BugGroup, result: HealResult) -> str:
     """The patch file: a header that ``git apply`` skips (redacted), then the diff."""
     header = [
         f"{PATCH_MARKER} {__version__}",
         f"Bug: {group.id}",
-        f"Error: {group.first.error.headline[:300]}",
+        f"Error: {error_headline(group)}",
         f"Tests: {len(group.nodeids)} ({group.nodeids[0]}"
         + (", ..." if len(group.nodeids) > 1 else "") + ")",
         f"Rounds: {len(result.rounds)}",
@@ -271,15 +278,16 @@ def session_markdown(report: SessionReport) -> str:
         lines.append(
             f"| `{bug.group.id}` | {result.status} | {len(bug.group.nodeids)} | "
             f"{len(result.rounds)} | {levels or '-'} | {prompt} | {result.usage.calls} | "
-            f"{result.usage.prompt_tokens + result.usage.completion_tokens} | "
+            f"{result.usage.tokens} | "
             f"${result.usage.cost:.4f} | {result.seconds:.1f} |"
         )
     for note in report.notes:
         lines += ["", f"> {note}"]
+    repo = repository_root(report.rootdir)
     for bug in report.bugs:
         result = bug.result
         lines += ["", f"## `{bug.group.id}`: {result.status}", ""]
-        lines.append(f"- Error: `{bug.group.first.error.headline[:300]}`")
+        lines.append(f"- Error: `{error_headline(bug.group)}`")
         lines.append(f"- Tests: {len(bug.group.nodeids)} (first: `{bug.group.nodeids[0]}`)")
         lines.append(f"- Files: {', '.join(f'`{p}`' for p in bug.group.editable) or 'none'}")
         if result.shown:
@@ -294,7 +302,6 @@ def session_markdown(report: SessionReport) -> str:
                          f"{edits}): {record.outcome}")
             lines += [f"    - note: {note}" for note in record.notes]
         if bug.patch_file:
-            repo = repository_root(report.rootdir)
             command = apply_command(report.report_dir / bug.patch_file, report.rootdir, repo,
                                     repo)
             where = "rootdir" if repo == report.rootdir else "repository root"
@@ -372,9 +379,10 @@ def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
     if patches:
         lines.append("")
         lines.append("patches (each verified on a sandbox copy):")
+        repo, cwd = repository_root(report.rootdir), Path.cwd()
         for bug in patches:
             patch = report.report_dir / bug.patch_file
-            lines.append(f"  {apply_command(patch, report.rootdir, Path.cwd())}")
+            lines.append(f"  {apply_command(patch, report.rootdir, cwd, repo)}")
     applied = [path for bug in report.bugs for path in bug.applied]
     if applied:
         lines.append("")

@@ -172,12 +172,12 @@ class CachingFixer:
             proposal = read_answer(cached.raw, usage=Usage(cache_hits=1), source=self.name)
         else:
             proposal = self.inner.propose(request)
-            if _storable(proposal):
-                usage = proposal.usage
-                self.cache.store(key, CachedAnswer(
-                    redact(proposal.raw), self.model, usage.prompt_tokens,
-                    usage.completion_tokens, usage.cost))
-        earlier[request.round] = _sha(redact(proposal.raw))
+        raw = redact(proposal.raw)
+        if cached is None and _storable(proposal):
+            usage = proposal.usage
+            self.cache.store(key, CachedAnswer(
+                raw, self.model, usage.prompt_tokens, usage.completion_tokens, usage.cost))
+        earlier[request.round] = _sha(raw)
         return proposal
 
 
