@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+from pytest_kernelfix.engine.indent import indent_of
 from pytest_kernelfix.engine.match import text_view
 from pytest_kernelfix.engine.replacement import Edit
 
@@ -52,7 +53,7 @@ def syntax_problem(
 
     def error_after(lo: int, hi: int, depth: int = 0) -> str | None:
         """The error of ``after`` between the moved borders; None when it cannot say."""
-        start, stop = _moved(lo, edits), _moved(hi, edits)
+        start, stop = moved(lo, edits), moved(hi, edits)
         piece = _dedent(after[start:stop], depth) if depth else after[start:stop]
         return None if piece is None else syntax_error(piece, after.count("\n", 0, start))
 
@@ -147,7 +148,7 @@ _DEFINITION = re.compile(r"\s*(async\s+def|def|class)\b")
 
 
 def _depth(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
+    return len(indent_of(line))
 
 
 def _closes(line: str, depth: int) -> bool:
@@ -177,7 +178,7 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _moved(offset: int, edits: Sequence[Edit]) -> int:
+def moved(offset: int, edits: Sequence[Edit]) -> int:
     """Where an offset outside every edit lands once the edits are applied."""
     return offset + sum(len(e.replacement) - (e.end - e.start) for e in edits if e.end <= offset)
 

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_kernelfix.engine.match import text_view
+from pytest_kernelfix.engine.match import THRESHOLD, text_view
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def _alike(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= _ALIKE
 
 
-_ALIKE = 0.8  # the fuzzy level's own threshold
+_ALIKE = THRESHOLD  # the fuzzy level's own threshold
 
 
 def restyle(line: str, shift: int, style: Style) -> str:

@@ -373,8 +373,9 @@ def _locate(
 ) -> Match | Failure:
     """Levels in order; the first level with candidates decides."""
     floor = view.starts[min(first_line, len(view.raw) - 1)] if first_line else 0
+    exact = dict(zip(_EXACT_PHASES, _exact_spans(view, query.text, floor), strict=True))
     for phase in _PHASES:
-        spans = _spans(view, query, phase, floor)
+        spans = exact[phase] if phase in exact else _spans(view, query, phase, floor)
         level = _LEVEL_OF[phase]
         if len(spans) == 1 or (spans and pick_first):
             return Match(spans[0][0], spans[0][1], level)
@@ -402,9 +403,7 @@ _LEVEL_OF: dict[str, Level] = {
 
 
 def _spans(view: TextView, query: Query, phase: str, floor: int) -> list[Span]:
-    """All placements of the query in one phase that start at or after ``floor``."""
-    if phase in ("exact", "inline", "cut"):
-        return _exact_spans(view, query.text, floor)[_EXACT_PHASES.index(phase)]
+    """All placements of the query at a line level that start at or after ``floor``."""
     if not query.nonblank:
         return []
     if phase == "trimmed":
@@ -434,13 +433,10 @@ def _exact_spans(
         position = text.find(search, position + 1)
     aligned = [span for span in spans if _aligned(text, span)]
     inline = [span for span in spans if not _aligned(text, span)]
+    clean = [span for span in inline if not _cuts_token(text, span)]
     if search[0] in " \t":
-        clean, cut = [], inline
-    else:
-        clean = [span for span in inline if not _cuts_token(text, span)]
-        cut = [span for span in inline if _cuts_token(text, span)]
-    whole = [span for span in cut if not _cuts_token(text, span)]
-    return aligned, clean, whole or cut
+        return aligned, [], clean or inline
+    return aligned, clean, [span for span in inline if _cuts_token(text, span)]
 
 
 def _aligned(text: str, span: Span) -> bool:
@@ -665,15 +661,15 @@ def _fuzzy(
     limit = min(_MAX_WINDOWS, max(_TOP_WINDOWS, _SCORED_CHARS // (sum(map(len, wanted)) + n)))
     chosen = _promising(estimates, set(), limit)
     scored: list[_Window] = []
+    leaders: set[Span] = set()
     if floor is None:
         leaders = {(int(np.argmax(values)), k) for k, values in estimates.items()}
         scored = _score(view, offset, query, leaders)
         floor = max(w.score for w in scored) - _IRRELEVANT
-        chosen -= leaders
-    scored += _score(view, offset, query, chosen, floor)
+    scored += _score(view, offset, query, chosen - leaders, floor)
     first_best = max(scored, key=lambda w: _rank(w, n))
     far = _promising(estimates, {(first_best.start - offset, first_best.size)}, limit)
-    scored += _score(view, offset, query, far - chosen, floor)
+    scored += _score(view, offset, query, far - chosen - leaders, floor)
     return _FuzzyResult(max(scored, key=lambda w: _rank(w, n)), tuple(scored))
 
 

@@ -83,7 +83,7 @@ def edits_for(
         )
     head = match.parts[0]
     first, last, _ = _core_lines(text, head)
-    reference = (text_view(text).raw[first : last + 1], _strip_blank(old_parts[0]))
+    reference = (text_view(text).raw[first : last + 1], _edges(old_parts[0])[1])
     whole = Match(match.start, match.end, head.level, match.score)
     return [_edit(text, whole, old, new, style, guess, reference=reference, literal=False)]
 
@@ -104,11 +104,6 @@ def _elided_pieces(text: str) -> list[list[str]]:
     return [piece for piece in pieces if any(line.strip() for line in piece)]
 
 
-def _strip_blank(lines: Sequence[str]) -> list[str]:
-    nonblank = [i for i, line in enumerate(lines) if line.strip()]
-    return list(lines[nonblank[0] : nonblank[-1] + 1]) if nonblank else []
-
-
 def _edit(
     text: str,
     match: Match,
@@ -125,7 +120,7 @@ def _edit(
     deletes = not new.strip() and "\n" not in new
     if not whole:
         if not literal:  # a piece of an elided search, found inside a line
-            old, new = ("\n".join(_strip_blank(s.split("\n"))) for s in (old, new))
+            old, new = ("\n".join(_edges(s.split("\n"))[1]) for s in (old, new))
         return _plain(text, match, old, new, style, guess.keep_breaks)
     if match.level == "exact" and literal and guess.literal and not deletes:
         view = text_view(text)

@@ -259,7 +259,7 @@ class _State:
     def _shift_touched(self, edits: list[Edit]) -> None:
         shifted = []
         for start, end, owner in self.touched:
-            delta = sum(len(e.replacement) - (e.end - e.start) for e in edits if e.end <= start)
+            delta = chunks.moved(start, edits) - start
             shifted.append((start + delta, end + delta, owner))
         self.touched = shifted
 
