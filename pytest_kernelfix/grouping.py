@@ -147,13 +147,15 @@ def regression_nodeids(
     reach = reach or Reach(project)
     editable = set(group.editable)
     chosen = []
-    cache: dict[KernelLaunch, set[str]] = {}
+    cache: dict[tuple[KernelLaunch, str], set[str]] = {}
     for test in passed:
         files: set[str] = set()
         for launch in test.launches:
-            if launch not in cache:
-                cache[launch] = launch_files(launch, project, reach)
-            files |= cache[launch]
+            # launches compare without their sites, and launch_files reads the wrapper's
+            key = (launch, launch.sites[0][0] if launch.sites else "")
+            if key not in cache:
+                cache[key] = launch_files(launch, project, reach)
+            files |= cache[key]
         if files & editable:
             chosen.append(test.nodeid)
     return tuple(chosen)

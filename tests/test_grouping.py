@@ -10,7 +10,12 @@ import pytest
 from pytest_kernelfix.capture import Failure, PassedTest, read_record, report_record
 from pytest_kernelfix.context import build_context, truncate_log
 from pytest_kernelfix.failure import ErrorInfo, Frame, describe_exception
-from pytest_kernelfix.grouping import editable_files, group_failures, regression_nodeids
+from pytest_kernelfix.grouping import (
+    BugGroup,
+    editable_files,
+    group_failures,
+    regression_nodeids,
+)
 from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import MARKER, redact
@@ -105,6 +110,21 @@ def test_regression_set_is_passed_tests_that_launched_an_editable_kernel(project
     passed = [PassedTest("t::uses_gelu", (gelu,)), PassedTest("t::uses_softmax", (other,)),
               PassedTest("t::no_kernel")]
     assert regression_nodeids(group, passed, Project(project)) == ("t::uses_gelu",)
+
+
+def test_one_kernel_launched_from_two_wrappers_counts_each_wrapper(tmp_path: Path) -> None:
+    """Launch records of one kernel are equal whatever their sites: the wrapper a test
+    launched from must still decide whether that test guards the bug's files."""
+    for name in ("kernels/k.py", "ops/wrap_a.py", "ops/wrap_b.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("def f():\n    pass\n")
+    kernel = str(tmp_path / "kernels" / "k.py")
+    via_a = KernelLaunch("k", kernel, 1, sites=((str(tmp_path / "ops/wrap_a.py"), 2, "f"),))
+    via_b = KernelLaunch("k", kernel, 1, sites=((str(tmp_path / "ops/wrap_b.py"), 2, "f"),))
+    assert via_a == via_b  # the sites do not take part in equality
+    group = BugGroup("g", "k", "sig", ("ops/wrap_b.py",), ())
+    passed = [PassedTest("t::a", (via_a,)), PassedTest("t::b", (via_b,))]
+    assert regression_nodeids(group, passed, Project(tmp_path)) == ("t::b",)
 
 
 def test_launch_sites_and_reach_make_other_modules_editable(tmp_path: Path) -> None:
