@@ -133,15 +133,15 @@ class AnswerCache:
             return None
 
     def store(self, key: str, answer: CachedAnswer) -> bool:
-        """Write one entry; False (nothing lost but the saving) when the disk refuses."""
-        from filelock import FileLock, Timeout
+        """Write one entry; False (nothing lost but the saving) when the disk refuses.
 
+        Each write is a whole new file put in place by one rename, so parallel jobs need
+        no lock: a reader sees the old entry or the new one, and the last writer wins.
+        """
         data = json.dumps(answer.to_json(), ensure_ascii=True, indent=1) + "\n"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(self.directory / ".lock"), timeout=60):
-                replace_file(self.path(key), data.encode("ascii"), mode=0o644)
-        except (OSError, Timeout):
+            replace_file(self.path(key), data.encode("ascii"), mode=0o644)
+        except OSError:
             return False
         return True
 
