@@ -134,6 +134,10 @@ def test_hostile_session_leaves_the_tree_untouched_and_heals_nothing(
     temp = base / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))  # sandboxes and rerun dirs land here
+    # torch's own compile cache (made in TMPDIR when a candidate's code imports
+    # torch._dynamo) is not the plugin's to remove: pin it elsewhere, as a test run that
+    # imported dynamo earlier in this process already has, so only our dirs count below.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(base / "torchinductor"))
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.delenv("KERNELFIX_MODEL", raising=False)
     before = snapshot(root, outside)
