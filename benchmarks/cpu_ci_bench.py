@@ -34,8 +34,8 @@ GATE_SCRIPT = textwrap.dedent("""
     from pytest_kernelfix import shim
     shim.install()
     import torch
-    from pytest_kernelfix.launches import LaunchRecorder
-    from pytest_kernelfix.gate import compile_launch, parse_target
+    from pytest_kernelfix.capture.launches import LaunchRecorder
+    from pytest_kernelfix.rerun.probes.gate import compile_launch, parse_target
     recorder = LaunchRecorder()
     recorder.install()
     import pytest

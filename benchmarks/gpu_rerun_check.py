@@ -150,7 +150,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
 
 
 def gpu_count_without_context(checks: Checks) -> None:
-    code = ("import torch; from pytest_kernelfix.schedule import visible_gpus; "
+    code = ("import torch; from pytest_kernelfix.session.schedule import visible_gpus; "
             "n = torch.cuda.device_count(); g = visible_gpus({}); "
             "print(n, len(g), torch.cuda.is_initialized())")
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -164,9 +164,9 @@ def gpu_count_without_context(checks: Checks) -> None:
 
 
 def reruns(checks: Checks, base: Path) -> dict[str, Any]:
-    from pytest_kernelfix.rerun import RerunSetup, RerunSpec, close_servers, run_tests
-    from pytest_kernelfix.rerun_plan import device_plan
-    from pytest_kernelfix.sandbox import Sandbox
+    from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, close_servers, run_tests
+    from pytest_kernelfix.rerun.plan import device_plan
+    from pytest_kernelfix.rerun.sandbox import Sandbox
 
     project = write(base / "proj", {"kernels/__init__.py": "",
                                     "kernels/ops.py": KERNELS.format(factor=3.0),
@@ -248,7 +248,7 @@ def untouched(checks: Checks, server: int, children: int) -> None:
 
 PROBE = """
 import ctypes, torch
-from pytest_kernelfix.rerun_server.server import fork_hazard
+from pytest_kernelfix.rerun.server.server import fork_hazard
 before = fork_hazard()
 assert ctypes.CDLL("libcuda.so.1").cuInit(0) == 0
 after_driver = fork_hazard()

@@ -114,9 +114,9 @@ class Reruns:
     """Plugin reruns of the test, as a session's verifier makes them."""
 
     def __init__(self, project: Path) -> None:
-        from pytest_kernelfix.rerun import RerunSetup
-        from pytest_kernelfix.rerun_plan import device_plan
-        from pytest_kernelfix.sandbox import Sandbox
+        from pytest_kernelfix.rerun.launcher import RerunSetup
+        from pytest_kernelfix.rerun.plan import device_plan
+        from pytest_kernelfix.rerun.sandbox import Sandbox
 
         self.sandbox = Sandbox.create(project)
         self.project = project
@@ -129,7 +129,7 @@ class Reruns:
         self.phases: dict[str, list[dict[str, float]]] = {"fork": [], "subprocess": []}
 
     def once(self, mode: str) -> float:
-        from pytest_kernelfix.rerun import RerunSpec, run_tests
+        from pytest_kernelfix.rerun.launcher import RerunSpec, run_tests
 
         started = time.perf_counter()
         result = run_tests(RerunSpec(self.setup[mode], self.sandbox.root, (NODEID,)))
@@ -144,7 +144,7 @@ class Reruns:
         return seconds
 
     def close(self) -> None:
-        from pytest_kernelfix.rerun import close_servers
+        from pytest_kernelfix.rerun.launcher import close_servers
 
         close_servers()
         self.sandbox.close()

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-PROMPT_BUDGET = 22_000  # characters (pytest_kernelfix.context.PROMPT_BUDGET)
+PROMPT_BUDGET = 22_000  # characters (pytest_kernelfix.locate.context.PROMPT_BUDGET)
 TOKEN_BUDGET = 6_000
 
 
@@ -213,7 +213,7 @@ CONFTEST = '''\
 import json
 import os
 
-from pytest_kernelfix.prompting import render_messages
+from pytest_kernelfix.fixers.prompting import render_messages
 
 BUG = json.loads(os.environ.get("KERNELFIX_BENCH_BUG", "null"))
 
@@ -395,7 +395,7 @@ import torch
 import triton
 
 from ligerlite.ops.swiglu import _swiglu_forward_kernel
-from pytest_kernelfix.launches import LaunchRecorder
+from pytest_kernelfix.capture.launches import LaunchRecorder
 
 A = torch.randn(4, 64)
 ARGS = (A, A, torch.empty_like(A), 64, 1.0)
@@ -456,9 +456,9 @@ def reach_cost(liger: Path, work: Path) -> list[tuple[str, int, int, float, floa
     """Per large liger module (copied, since reach never reads installed packages): lines,
     kernels, CPU ms to index it cold, and per kernel the CPU ms to locate what it reaches
     cold (every module it reaches indexed on the way) and warm, and definitions found."""
-    from pytest_kernelfix.outline import parse_module
+    from pytest_kernelfix.locate.outline import parse_module
+    from pytest_kernelfix.locate.reach import Reach, Seeds
     from pytest_kernelfix.project import Project
-    from pytest_kernelfix.reach import Reach, Seeds
 
     root = work / "reach-cost"
     shutil.rmtree(root, ignore_errors=True)

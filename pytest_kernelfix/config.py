@@ -18,7 +18,7 @@ import pytest
 from pytest_kernelfix.target import DEFAULT_TARGET
 
 DEVICES = ("auto", "cuda", "interpret")
-#: How sandbox reruns start (see :mod:`pytest_kernelfix.rerun`).
+#: How sandbox reruns start (see :mod:`pytest_kernelfix.rerun.launcher`).
 RERUN_MODES = ("auto", "fork", "subprocess")
 
 
@@ -256,7 +256,7 @@ class Settings:
     paths: tuple[str, ...]
     rootdir: Path
     select: tuple[str, ...] = ("kernel",)
-    workers: int = 0  # 0: auto (see pytest_kernelfix.schedule.worker_count)
+    workers: int = 0  # 0: auto (see pytest_kernelfix.session.schedule.worker_count)
     rerun: str = "auto"
     cache_dir: Path | None = None
     no_cache: bool = False

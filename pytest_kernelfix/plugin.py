@@ -8,9 +8,9 @@ an explicit ``--kernelfix-device`` asks for it.
 While healing, two objects are registered, each where its job is (as pytest registers
 ``junitxml`` nowhere but on the controller, and xdist a session per role):
 
-- :class:`~pytest_kernelfix.capturing.CapturePlugin` wherever tests run (a plain
+- :class:`~pytest_kernelfix.capture.plugin.CapturePlugin` wherever tests run (a plain
   session or an xdist worker): records kernel launches onto the reports;
-- :class:`~pytest_kernelfix.controller.HealingController` wherever reports arrive (a
+- :class:`~pytest_kernelfix.session.controller.HealingController` wherever reports arrive (a
   plain session or the xdist controller): collects, heals, prints the summary.
 """
 
@@ -25,8 +25,8 @@ from pytest_kernelfix import config as kernelfix_config
 from pytest_kernelfix.target import capability_of
 
 if TYPE_CHECKING:  # quoted below: the plugin objects' modules load only when healing
-    from pytest_kernelfix.capturing import CapturePlugin  # noqa: F401
-    from pytest_kernelfix.controller import HealingController  # noqa: F401
+    from pytest_kernelfix.capture.plugin import CapturePlugin  # noqa: F401
+    from pytest_kernelfix.session.controller import HealingController  # noqa: F401
 
 MARKER = (
     "kernel: the test launches a Triton kernel; "
@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _in_rerun() -> bool:
     """A rerun child: its own agent prepares the device and records outcomes."""
-    from pytest_kernelfix.rerun_plan import PLAN_ENV  # only once an option asks for us
+    from pytest_kernelfix.rerun.plan import PLAN_ENV  # only once an option asks for us
 
     return bool(os.environ.get(PLAN_ENV))
 
@@ -107,21 +107,21 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     device = _device(config, settings.device)
     if not hasattr(config, "workerinput"):  # once per session, before any test runs
-        from pytest_kernelfix import preflight
+        from pytest_kernelfix.session import preflight
 
         preflight.check(settings, device, warn=config.issue_config_time_warning)
     notes: list[str] = []
     from pytest_kernelfix.device import is_xdist_controller
 
     if not is_xdist_controller(config):
-        from pytest_kernelfix.capturing import CapturePlugin
+        from pytest_kernelfix.capture.plugin import CapturePlugin
 
         capture = CapturePlugin(config, settings.rootdir)
         config.stash[capture_key] = capture
         config.pluginmanager.register(capture, "kernelfix-capture")
         notes = capture.notes
     if not hasattr(config, "workerinput"):
-        from pytest_kernelfix.controller import HealingController
+        from pytest_kernelfix.session.controller import HealingController
 
         controller = HealingController(config, settings, device, notes)
         config.stash[controller_key] = controller

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_kernelfix.capture import Failure
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.config import Settings
-from pytest_kernelfix.failure import ErrorInfo, Frame
-from pytest_kernelfix.grouping import BugGroup
-from pytest_kernelfix.launches import KernelLaunch
-from pytest_kernelfix.outcomes import HEALED, HealResult
-from pytest_kernelfix.report import BugReport
+from pytest_kernelfix.heal.outcomes import HEALED, HealResult
+from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.report.artifacts import BugReport
 
 
 def make_settings(root: Path, **changes: object) -> Settings:

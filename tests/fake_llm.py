@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.failure import ErrorInfo, Frame
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Attempt, ProposalRequest
+from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 #: Sent with every error so the ``openai`` client retries after 10 ms, not 0.5-8 s.
 FAST_RETRY = {"retry-after-ms": "10"}

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.rerun import RerunSetup, RerunSpec
-from pytest_kernelfix.rerun_plan import DevicePlan
-from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
+from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.sandbox import Sandbox
 
 INTERPRET = DevicePlan(interpret=True)
 #: Both ways a rerun child starts; tests of the guarantees every rerun keeps run in both.

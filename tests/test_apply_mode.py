@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hostile.project import BUG, FIX, KERNEL, fix_answer, report, write_project
 
-from pytest_kernelfix.writeback import StaleFileError, _lock_for, write_back
+from pytest_kernelfix.report.writeback import StaleFileError, _lock_for, write_back
 
 ORIGINAL = KERNEL.format(name="k1")
 HEALED = ORIGINAL.replace(BUG, FIX)

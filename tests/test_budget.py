@@ -15,8 +15,8 @@ from hostile.project import BUG, FIX, fix_answer, report, write_project
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
-from pytest_kernelfix.heal import heal
-from pytest_kernelfix.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.outcomes import UNHEALED, Verdict
 
 
 class Priced:

@@ -18,8 +18,6 @@ from factories import make_settings
 from fake_llm import FakeLLM, Reply, sample_request
 from kernel_project import BUGS, GOOD_LINE, answer, make_project, report_of
 
-from pytest_kernelfix.context import SourceFile
-from pytest_kernelfix.controller import session_fixer
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
 from pytest_kernelfix.fixers.cache import (
     ANSWERS_DIR,
@@ -28,6 +26,8 @@ from pytest_kernelfix.fixers.cache import (
     answer_key,
     caching,
 )
+from pytest_kernelfix.locate.context import SourceFile
+from pytest_kernelfix.session.controller import session_fixer
 
 pytest_plugins = ("fake_llm",)
 

@@ -10,8 +10,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from pytest_kernelfix.capture import Failure
-from pytest_kernelfix.context import (
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame, clean_log
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure
+from pytest_kernelfix.engine.files import apply_proposal
+from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.fixers.base import ProposalRequest
+from pytest_kernelfix.fixers.prompting import prompt_chars, render_messages
+from pytest_kernelfix.locate.context import (
     PROMPT_BUDGET,
     BugContext,
     SourceFile,
@@ -20,14 +26,8 @@ from pytest_kernelfix.context import (
     map_line,
     render_source,
 )
-from pytest_kernelfix.engine.files import apply_proposal
-from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.failure import ErrorInfo, Frame, clean_log
-from pytest_kernelfix.fixers.base import ProposalRequest
-from pytest_kernelfix.grouping import group_failures
-from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.locate.grouping import group_failures
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.prompting import prompt_chars, render_messages
 
 LOG = (Path(__file__).parent / "logs" / "interpreter_wrapped.txt").read_text()
 ROOT = "/home/dev/proj"

@@ -23,14 +23,14 @@ from kernels_catalog import gate_bugs as bugs
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from pytest_kernelfix.gate import (
+from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
+from pytest_kernelfix.rerun.probes.gate import (
     GateResult,
     GpuTarget,
     compile_launch,
     compile_launches,
     parse_target,
 )
-from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.shim import libdevice as libdevice_piece
 
 CATALOG = Path(inspect.getsourcefile(bugs) or "")
@@ -325,7 +325,7 @@ def test_installed_backends_are_found_without_importing_triton() -> None:
     import triton: the backends are found where Triton itself finds them."""
     code = textwrap.dedent("""
         import sys
-        from pytest_kernelfix.gate import installed_backends
+        from pytest_kernelfix.rerun.probes.gate import installed_backends
         found = installed_backends()
         print("triton" in sys.modules)
         import triton.backends

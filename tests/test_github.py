@@ -22,7 +22,9 @@ from hostile.project import BUG, FIX, fix_answer, write_project
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_kernelfix.github import (
+from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED
+from pytest_kernelfix.report.artifacts import SessionReport, apply_command
+from pytest_kernelfix.report.github import (
     SUMMARY_LIMIT,
     Hunk,
     annotation_lines,
@@ -35,8 +37,6 @@ from pytest_kernelfix.github import (
     repository_root,
     workflow_command,
 )
-from pytest_kernelfix.outcomes import HEALED, UNHEALED
-from pytest_kernelfix.report import SessionReport, apply_command
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "rdjson.schema.json").read_text())
 COMMAND = re.compile(r"^::(?P<command>[a-z]+) (?P<properties>[^:]*)::(?P<message>.*)$")

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.capture import Failure, PassedTest, read_record, report_record
-from pytest_kernelfix.context import build_context, truncate_log
-from pytest_kernelfix.failure import ErrorInfo, Frame, describe_exception
-from pytest_kernelfix.grouping import (
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame, describe_exception
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure, PassedTest, read_record, report_record
+from pytest_kernelfix.locate.context import build_context, truncate_log
+from pytest_kernelfix.locate.grouping import (
     BugGroup,
     editable_files,
     group_failures,
     regression_nodeids,
 )
-from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import MARKER, redact
 

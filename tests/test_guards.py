@@ -12,22 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.capture import Failure
-from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.engine.files import apply_proposal
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
-from pytest_kernelfix.grouping import editable_files, group_failures
-from pytest_kernelfix.guards import build_guard, shape_notes
-from pytest_kernelfix.heal import heal
-from pytest_kernelfix.launches import KernelLaunch
-from pytest_kernelfix.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.heal.guards import build_guard, shape_notes
+from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.locate.context import BugContext, SourceFile
+from pytest_kernelfix.locate.grouping import editable_files, group_failures
 from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
-from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome
-from pytest_kernelfix.rerun_plan import DevicePlan
-from pytest_kernelfix.sandbox import Sandbox
-from pytest_kernelfix.verify import Verifier
+from pytest_kernelfix.rerun.launcher import RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.verify.verifier import Verifier
 
 #: The example project's broken gelu module, with a torch reference beside the wrapper.
 GELU = (Path(__file__).parents[1] / "example_project" / "kernels" / "gelu.py").read_text() + (

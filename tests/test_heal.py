@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
-from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.capture.errors import ErrorInfo
 from pytest_kernelfix.engine.files import apply_proposal, resolve_file
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
-from pytest_kernelfix.heal import heal
-from pytest_kernelfix.outcomes import HEALED, UNHEALED, Verdict
+from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, Verdict
+from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 BUGGY = '''def scale(values, factor):
     out = []
@@ -297,7 +297,7 @@ def test_two_identical_answers_in_a_row_end_the_bug() -> None:
 
 
 def test_a_request_for_code_is_served_next_round() -> None:
-    from pytest_kernelfix.need import NeedAnswer
+    from pytest_kernelfix.locate.need import NeedAnswer
 
     asked: list[tuple[str, ...]] = []
 

@@ -27,12 +27,12 @@ import pytest
 from hostile.answers import GELU, SOFTMAX, Hostile, build, write_cassette
 from hostile.project import BUG, FIX, expected_rerun_mode, report, rerun_mode, write_project
 
-from pytest_kernelfix.context import BugContext, SourceFile
-from pytest_kernelfix.failure import ErrorInfo
+from pytest_kernelfix.capture.errors import ErrorInfo
 from pytest_kernelfix.fixers.replay import ReplayFixer
-from pytest_kernelfix.guards import build_guard
-from pytest_kernelfix.heal import heal
-from pytest_kernelfix.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.heal.guards import build_guard
+from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.locate.context import BugContext, SourceFile
 from pytest_kernelfix.project import Project
 
 EXAMPLE = Path(__file__).parents[1] / "example_project"

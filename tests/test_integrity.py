@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelfix.integrity import (  # noqa: E402
+from pytest_kernelfix.rerun.probes.integrity import (  # noqa: E402
     MISSING,
     CodeSites,
     ImportBindings,
@@ -25,7 +25,7 @@ from pytest_kernelfix.integrity import (  # noqa: E402
     Snapshot,
     dispatcher_findings,
 )
-from pytest_kernelfix.poison import (  # noqa: E402
+from pytest_kernelfix.rerun.probes.poison import (  # noqa: E402
     Poisoner,
     make_observer,
     poison_nan,
@@ -329,7 +329,7 @@ def sizes(x):
 
 
 def test_the_launch_hook_runs_around_each_launch_but_not_after_one_that_raised() -> None:
-    from pytest_kernelfix.launches import LaunchRecorder
+    from pytest_kernelfix.capture.launches import LaunchRecorder
 
     calls: list[str] = []
 

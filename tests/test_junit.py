@@ -13,9 +13,9 @@ import pytest
 from factories import make_bug_report
 from kernel_project import BUGS, GOOD_LINE, answer, make_project, report_of, write_cassette
 
-from pytest_kernelfix.junit import JUnitProperties, add_properties, junit_names
-from pytest_kernelfix.outcomes import UNHEALED
-from pytest_kernelfix.report import SessionReport
+from pytest_kernelfix.heal.outcomes import UNHEALED
+from pytest_kernelfix.report.artifacts import SessionReport
+from pytest_kernelfix.report.junit import JUnitProperties, add_properties, junit_names
 
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
 RECORDED = """

@@ -24,9 +24,9 @@ from pytest_kernelfix.fixers.answer import MAX_ANSWER_CHARS
 from pytest_kernelfix.fixers.base import FixerError
 from pytest_kernelfix.fixers.factory import build_fixer
 from pytest_kernelfix.fixers.llm import LLMFixer, import_litellm
+from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.fixers.recipes import RecipeFixer
 from pytest_kernelfix.fixers.replay import RecordingFixer, ReplayFixer
-from pytest_kernelfix.prompting import render_messages
 
 pytest_plugins = ("fake_llm",)
 

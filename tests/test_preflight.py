@@ -14,7 +14,7 @@ import pytest
 from factories import make_settings
 
 from pytest_kernelfix.config import Settings
-from pytest_kernelfix.preflight import (
+from pytest_kernelfix.session.preflight import (
     check,
     check_api_base,
     check_cache_dir,

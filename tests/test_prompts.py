@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from fake_llm import GELU_SOURCE, GELU_TEST, sample_request
 
-from pytest_kernelfix.context import SourceFile
-from pytest_kernelfix.prompting import (
+from pytest_kernelfix.fixers.prompting import (
     FEEDBACK_TEMPLATE,
     PACKAGE,
     SYSTEM_TEMPLATE,
@@ -19,6 +18,7 @@ from pytest_kernelfix.prompting import (
     fence,
     render_messages,
 )
+from pytest_kernelfix.locate.context import SourceFile
 
 
 def test_round_one_shows_the_bug_and_the_rules() -> None:

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
-from pytest_kernelfix.outline import parse_module
-from pytest_kernelfix.project import Project
-from pytest_kernelfix.reach import (
+from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
+from pytest_kernelfix.locate.outline import parse_module
+from pytest_kernelfix.locate.reach import (
     Reach,
     Seeds,
     high_group,
@@ -25,6 +24,7 @@ from pytest_kernelfix.reach import (
     seeds_of,
     split_need,
 )
+from pytest_kernelfix.project import Project
 
 FILES = {
     "pkg/__init__.py": "",
@@ -308,7 +308,7 @@ def test_launches_record_their_project_sites(root: Path, monkeypatch: pytest.Mon
 
 
 def test_a_request_for_code_is_resolved_inside_the_project_within_a_budget(root: Path) -> None:
-    from pytest_kernelfix.need import NeedResolver
+    from pytest_kernelfix.locate.need import NeedResolver
 
     project = Project(root)
     gated = (root / "pkg/kernels/gated.py").read_text()

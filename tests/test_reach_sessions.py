@@ -89,7 +89,7 @@ CONFTEST = '''\
 import json
 import os
 
-from pytest_kernelfix.prompting import render_messages
+from pytest_kernelfix.fixers.prompting import render_messages
 
 BUG = json.loads(os.environ["KERNELFIX_TEST_BUG"])
 

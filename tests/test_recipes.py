@@ -12,11 +12,11 @@ from types import ModuleType
 import pytest
 import torch
 
-from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame, describe_exception
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.failure import ErrorInfo, Frame, describe_exception
 from pytest_kernelfix.fixers.base import FixerError, ProposalRequest
 from pytest_kernelfix.fixers.recipes import RecipeFixer, line_edits, rewrite_tanh
+from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
 

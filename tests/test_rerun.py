@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rerun_helpers import MODES, make_sandbox, spec_for, write_files
 
-from pytest_kernelfix.rerun import (
+from pytest_kernelfix.rerun.launcher import (
     PLAN_ENV,
     RerunResult,
     RerunSetup,
@@ -29,8 +29,8 @@ from pytest_kernelfix.rerun import (
     run_tests,
     signal_name,
 )
-from pytest_kernelfix.rerun_plan import DevicePlan, RerunPlan
-from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.rerun.plan import DevicePlan, RerunPlan
+from pytest_kernelfix.rerun.sandbox import Sandbox
 
 pytest_plugins = ("rerun_helpers",)
 
@@ -97,7 +97,7 @@ def test_build_command_runs_pytest_with_the_agent_in_the_sandbox(tmp_path: Path)
     assert command[:2] == ["py", "-c"]
     assert command[3] == "tests/t.py::a"
     joined = shlex.join(command)
-    for part in ("-p no:kernelfix", "-p pytest_kernelfix.rerun_agent", "-p no:cacheprovider",
+    for part in ("-p no:kernelfix", "-p pytest_kernelfix.rerun.child.agent", "-p no:cacheprovider",
                  f"--rootdir {sandbox}", f"-c {sandbox}/pytest.ini"):
         assert part in joined
     assert f"addopts=-p xdist --confcutdir={sandbox}" in command
@@ -399,7 +399,7 @@ def test_plan_reaches_the_agent_and_extra_comes_back(
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {
         "conftest.py": """
-            from pytest_kernelfix.rerun_agent import agent_of
+            from pytest_kernelfix.rerun.child.agent import agent_of
 
             def pytest_sessionstart(session):
                 agent = agent_of(session.config)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.rerun import carried_args
-from pytest_kernelfix.rerun_plan import (
+from pytest_kernelfix.rerun.launcher import carried_args
+from pytest_kernelfix.rerun.plan import (
     PLAN_ENV,
     PLAN_VERSION,
     DevicePlan,

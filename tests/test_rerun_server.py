@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from rerun_helpers import make_sandbox, spec_for
 
-from pytest_kernelfix.rerun import run_tests
-from pytest_kernelfix.rerun_server import unavailable_reason
-from pytest_kernelfix.rerun_server.child import exit_code
-from pytest_kernelfix.rerun_server.server import fork_hazard
-from pytest_kernelfix.rerun_server.warm import RewriteCache, forget_project
-from pytest_kernelfix.sandbox import Sandbox
+from pytest_kernelfix.rerun.launcher import run_tests
+from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.rerun.server import unavailable_reason
+from pytest_kernelfix.rerun.server.fork import exit_code
+from pytest_kernelfix.rerun.server.server import fork_hazard
+from pytest_kernelfix.rerun.server.warm import RewriteCache, forget_project
 
 pytest_plugins = ("rerun_helpers",)
 
@@ -234,7 +234,7 @@ def test_a_server_that_cannot_start_leaves_reruns_to_fresh_subprocesses(
     sandbox = make_sandbox(root, sandboxes, {"test_ok.py": "def test_ok():\n    pass\n"})
     python = tmp_path / "python"  # an interpreter whose rerun server dies at once
     python.write_text("#!/bin/sh\n"
-                      'case "$*" in *rerun_server*) echo "no server today" >&2; exit 3;; esac\n'
+                      'case "$*" in *rerun.server*) echo "no server today" >&2; exit 3;; esac\n'
                       f'exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     result = run_tests(spec_for(sandbox, "test_ok.py::test_ok", mode="auto"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.sandbox import Sandbox, SandboxError, is_excluded
+from pytest_kernelfix.rerun.sandbox import Sandbox, SandboxError, is_excluded
 
 
 def _snapshot(root: Path) -> dict[str, tuple[str, int]]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kernelfix.capture import Failure
-from pytest_kernelfix.failure import ErrorInfo
-from pytest_kernelfix.grouping import BugGroup
-from pytest_kernelfix.schedule import (
+from pytest_kernelfix.capture.errors import ErrorInfo
+from pytest_kernelfix.capture.records import Failure
+from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.session.schedule import (
     chains,
     cpu_count,
     visible_gpus,

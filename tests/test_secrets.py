@@ -14,16 +14,16 @@ import pytest
 from fake_llm import FakeLLM, Reply
 from hostile.project import BUG, fix_answer, report, write_project
 
-from pytest_kernelfix.capture import Failure
-from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.capture.errors import ErrorInfo
+from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.engine.files import EditOutcome
-from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
 from pytest_kernelfix.fixers.replay import RecordingFixer, load_cassette
-from pytest_kernelfix.grouping import BugGroup
-from pytest_kernelfix.outcomes import HEALED, HealResult, RoundRecord
+from pytest_kernelfix.heal.outcomes import HEALED, HealResult, RoundRecord
+from pytest_kernelfix.locate.context import BugContext, SourceFile
+from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import MARKER, redact, secret_values
-from pytest_kernelfix.report import BugReport, SessionReport, write_patches, write_reports
+from pytest_kernelfix.report.artifacts import BugReport, SessionReport, write_patches, write_reports
 
 pytest_plugins = ("fake_llm",)
 

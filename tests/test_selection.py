@@ -12,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.capture import Failure, Selection, crash_failure
+from pytest_kernelfix.capture.errors import crash_dump
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure, Selection, crash_failure
 from pytest_kernelfix.config import parse_select
-from pytest_kernelfix.crashes import reproduce_crashes
-from pytest_kernelfix.failure import crash_dump
-from pytest_kernelfix.launches import KernelLaunch
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome, read_results
-from pytest_kernelfix.rerun_plan import DevicePlan
+from pytest_kernelfix.rerun.launcher import (
+    RerunResult,
+    RerunSetup,
+    RerunSpec,
+    TestOutcome,
+    read_results,
+)
+from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.session.crashes import reproduce_crashes
 
 
 def test_the_option_reads_words_and_globs_and_refuses_typos() -> None:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.outcomes import UNCERTIFIABLE
-from pytest_kernelfix.rerun import Probe, RerunResult, RerunSetup, RerunSpec, TestOutcome
-from pytest_kernelfix.rerun_plan import DevicePlan
-from pytest_kernelfix.sandbox import Sandbox
-from pytest_kernelfix.sensitivity import BYPASS, SENSITIVE, UNMEASURED, judge_poisoned
-from pytest_kernelfix.verify import Verifier
+from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
+from pytest_kernelfix.rerun.launcher import Probe, RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.verify.sensitivity import BYPASS, SENSITIVE, UNMEASURED, judge_poisoned
+from pytest_kernelfix.verify.verifier import Verifier
 
 A, B = "tests/test_k.py::test_a", "tests/test_k.py::test_b"
 

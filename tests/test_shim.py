@@ -51,7 +51,7 @@ def test_nothing_changes_until_install_and_uninstall_restores_all() -> None:
     out = run_child(SNAPSHOT + """
     import os
     import pytest_kernelfix.shim as shim
-    import pytest_kernelfix.gate  # importing the gate installs nothing either
+    import pytest_kernelfix.rerun.probes.gate  # importing the gate installs nothing either
     before = snapshot()
     assert not shim.installed() and shim.state() is None
     assert not torch.cuda.is_available()

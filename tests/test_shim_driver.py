@@ -11,7 +11,7 @@ import triton
 from kernels_catalog import shim_kernels
 from triton.runtime.driver import driver as triton_driver
 
-from pytest_kernelfix.launches import LaunchRecorder
+from pytest_kernelfix.capture.launches import LaunchRecorder
 from pytest_kernelfix.shim import driver
 
 

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from pytest_kernelfix.capture import Failure
-from pytest_kernelfix.failure import ErrorInfo
-from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.capture.errors import ErrorInfo
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.shim.limits import bf16_kernels, bf16_limitation
 
 

@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 from factories import make_settings
 
-from pytest_kernelfix.capture import Failure, PassedTest
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.failure import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
-from pytest_kernelfix.guards import build_guard
-from pytest_kernelfix.launches import KernelLaunch
+from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report import SessionReport
-from pytest_kernelfix.rerun import RerunResult, RerunSetup, RerunSpec, TestOutcome
-from pytest_kernelfix.rerun_plan import DevicePlan
-from pytest_kernelfix.workflow import SessionInputs, Stages, run_healing
+from pytest_kernelfix.report.artifacts import SessionReport
+from pytest_kernelfix.rerun.launcher import RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.session.pipeline import SessionInputs, Stages, run_healing
 
 BUG, FIX = "    y = x + factor\n", "    y = x * factor\n"
 KERNEL = f"def scale_kernel(x, factor):\n{BUG}    return y\n"
@@ -333,8 +333,8 @@ def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(
 
 
 def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run(root: Path) -> None:
-    from pytest_kernelfix.sandbox import Sandbox
-    from pytest_kernelfix.verify import Verifier
+    from pytest_kernelfix.rerun.sandbox import Sandbox
+    from pytest_kernelfix.verify.verifier import Verifier
 
     nodeids = ("t.py::a", "t.py::b", "t.py::c")
     with Sandbox.create(root) as sandbox:

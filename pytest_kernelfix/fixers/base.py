@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pytest_kernelfix.context import BugContext, SourceFile
 from pytest_kernelfix.engine.parse import Modification
+from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 
 @dataclass(frozen=True)

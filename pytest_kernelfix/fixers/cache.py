@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.atomic import replace_file
-from pytest_kernelfix.context import SourceFile
 from pytest_kernelfix.fixers.answer import read_answer
 from pytest_kernelfix.fixers.base import Fixer, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.locate.context import SourceFile
 from pytest_kernelfix.redact import redact
 
 #: Bumped when the key or the entry format changes: older entries then simply miss.

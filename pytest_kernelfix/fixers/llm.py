@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_kernelfix.fixers.answer import read_answer
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
-from pytest_kernelfix.prompting import PromptError, render_messages
+from pytest_kernelfix.fixers.prompting import PromptError, render_messages
 from pytest_kernelfix.redact import MARKER, redact
 
 _NO_EXTRA: Mapping[str, object] = MappingProxyType({})

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from pytest_kernelfix.context import BugContext, SourceFile
+from pytest_kernelfix.capture.errors import ErrorInfo
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.failure import ErrorInfo
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 #: Recipes cover a few mechanical bugs; the rest need a model.
 _ASK_A_MODEL = "; pass --kernelfix-model to ask an LLM"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_kernelfix.capture import Failure
+    from pytest_kernelfix.capture.records import Failure
 
 
 class InterpreterLimitation(NotImplementedError):

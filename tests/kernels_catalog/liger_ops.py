@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pytest_kernelfix.launches import KernelLaunch, LaunchRecorder
+from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
 
 DEVICE = "cuda"  # main() switches to "cpu" without the shim
 close = torch.testing.assert_close
@@ -216,7 +216,7 @@ def main() -> None:
 def gate_all(kernels: dict[KernelLaunch, Any]) -> list[dict[str, Any]]:
     import tempfile
 
-    from pytest_kernelfix.gate import compile_launches, parse_target
+    from pytest_kernelfix.rerun.probes.gate import compile_launches, parse_target
 
     with tempfile.TemporaryDirectory() as cache_dir:
         verdicts = compile_launches(kernels, parse_target("cuda:90"), cache_dir=cache_dir)

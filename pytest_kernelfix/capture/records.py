@@ -1,0 +1,157 @@
+"""What a test run leaves for healing: failed kernel tests and the tests that passed.
+
+Where tests run (a plain session or an xdist worker) :func:`report_record` turns one
+call phase into JSON primitives attached to the report; where reports are collected
+(the plain session or the xdist controller) :func:`read_record` turns it back into
+:class:`Failure` or :class:`PassedTest`, and :class:`Selection` decides which failures
+are healed. A test that crashed an xdist worker becomes a :func:`crash_failure`.
+Nothing here holds a live object.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelfix.capture.errors import ErrorInfo
+from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.config import SELECT_WORDS
+from pytest_kernelfix.project import Project, is_within
+
+#: Name of the report attribute that carries the record (xdist serialises it as is).
+REPORT_ATTR = "kernelfix"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A kernel-marked test that failed in its call phase.
+
+    ``hashes`` are sha256 digests of the project files involved, taken when the test
+    ran, so that ``--kernelfix-apply`` can refuse to overwrite a file edited since.
+    ``crashed``: the test took its xdist worker down (nothing was recorded; healing
+    reruns it alone first); ``marked``: it carries the ``kernel`` marker.
+    """
+
+    nodeid: str
+    test_path: str
+    error: ErrorInfo
+    longrepr: str
+    launches: tuple[KernelLaunch, ...] = ()
+    hashes: tuple[tuple[str, str], ...] = ()
+    crashed: bool = False
+    marked: bool = False
+
+
+@dataclass(frozen=True)
+class PassedTest:
+    """A test that passed, with the kernels it launched (the regression set)."""
+
+    nodeid: str
+    launches: tuple[KernelLaunch, ...] = ()
+
+
+#: The error type of a test that crashed its worker, before it is rerun alone.
+WORKER_CRASH = "WorkerCrash"
+
+
+def crash_failure(nodeid: str, root: Path, message: str, *, marked: bool) -> Failure:
+    """A test that crashed its xdist worker: a failure to heal, with nothing recorded yet."""
+    test_path = str(root / nodeid.split("::")[0])
+    return Failure(nodeid, test_path, ErrorInfo(WORKER_CRASH, message), message,
+                   crashed=True, marked=marked)
+
+
+def involved_hashes(error: ErrorInfo, launches: Iterable[KernelLaunch], root: Path) -> (
+    tuple[tuple[str, str], ...]
+):
+    """(path, sha256) of the project files a failure involves (its traceback, its
+    kernels and their launch sites), for apply mode."""
+    launches = tuple(launches)
+    paths = {frame.path for frame in error.frames} | {launch.file for launch in launches}
+    paths |= {site[0] for launch in launches for site in launch.sites}
+    return tuple(sorted(
+        (path, file_digest(path))
+        for path in paths
+        if path and is_within(path, root) and os.path.isfile(path)
+    ))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which failing tests are healed (``kernelfix_select``): those marked ``kernel``,
+    those that launched a Triton kernel of the project, or those whose nodeid matches
+    a glob. A test is healed when any of the chosen rules selects it."""
+
+    marker: bool = True
+    launched: bool = False
+    globs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, items: Sequence[str]) -> Selection:
+        return cls("kernel" in items, "launched" in items,
+                   tuple(item for item in items if item not in SELECT_WORDS))
+
+    def matches(self, nodeid: str) -> bool:
+        return any(fnmatch.fnmatchcase(nodeid, glob) for glob in self.globs)
+
+    def selects(self, nodeid: str, marked: bool, launches: Iterable[KernelLaunch],
+                project: Project) -> bool:
+        if (self.marker and marked) or self.matches(nodeid):
+            return True
+        return self.launched and any(
+            project.contains(launch.file) and not project.in_environment(launch.file)
+            for launch in launches
+        )
+
+    def may_select_crash(self, nodeid: str, marked: bool) -> bool:
+        """Before a crashed test is rerun, what it launched is unknown: with ``launched``
+        it is kept, and checked again once the rerun has recorded its launches."""
+        return self.launched or (self.marker and marked) or self.matches(nodeid)
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def report_record(
+    *,
+    kernel: bool,
+    test_path: str,
+    launches: tuple[KernelLaunch, ...],
+    error: ErrorInfo | None,
+    root: Path,
+) -> dict[str, Any]:
+    """The JSON-primitive record of one call phase, for ``report.kernelfix``."""
+    record: dict[str, Any] = {
+        "kernel": kernel,
+        "test_path": test_path,
+        "launches": [launch.to_json() for launch in launches],
+    }
+    if error is not None:
+        record["error"] = error.to_json()
+        record["hashes"] = [list(pair) for pair in involved_hashes(error, launches, root)]
+    return record
+
+
+def read_record(nodeid: str, record: dict[str, Any], longrepr: str) -> Failure | PassedTest:
+    """Rebuild a :class:`Failure` (a record with an error) or a :class:`PassedTest`."""
+    launches = tuple(KernelLaunch.from_json(item) for item in record.get("launches", ()))
+    if "error" not in record:
+        return PassedTest(nodeid, launches)
+    return Failure(
+        nodeid=nodeid,
+        test_path=str(record.get("test_path", "")),
+        error=ErrorInfo.from_json(record["error"]),
+        longrepr=longrepr,
+        launches=launches,
+        hashes=tuple((str(p), str(h)) for p, h in record.get("hashes", ())),
+        marked=bool(record.get("kernel")),
+    )

@@ -1,0 +1,311 @@
+"""The round loop for one bug: propose, apply, guard, verify, feed back, pick the winner.
+
+Knows nothing of pytest: a fixer proposes, ``verify`` runs the tests on a candidate, and
+``guard`` rejects candidates that cheat. Each round builds on the last accepted
+candidate, and the model sees that cumulative change, so it can refine or revert it.
+
+Three answers are not edits to verify. An answer that asks for code (``need``) gets it
+next round, within a budget, through ``resolve_need``. An answer with neither edits nor
+a request is the model declining, reported with its analysis. Two identical answers in
+a row end the bug before its last round: a third would be the same again.
+
+Stale quotes: after round 1 a model often quotes the failing line as the error log
+shows it, that is, the original text, not the current candidate. When an answer does
+not apply to the current candidate but every one of its edits applies to the original
+files, the whole answer is applied to the original instead (starting over from it);
+edits are never mixed across the two bases, since one answer is one coherent change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from pytest_kernelfix.engine.diff import cumulative_diff
+from pytest_kernelfix.engine.files import EditOutcome, apply_proposal
+from pytest_kernelfix.engine.parse import FORMAT_HINT
+from pytest_kernelfix.fixers.base import (
+    Attempt,
+    Fixer,
+    FixerError,
+    Proposal,
+    ProposalRequest,
+    Usage,
+)
+from pytest_kernelfix.heal.outcomes import (
+    HEALED,
+    SKIPPED,
+    UNCERTIFIABLE,
+    UNHEALED,
+    Guard,
+    HealResult,
+    RoundRecord,
+    Verdict,
+)
+from pytest_kernelfix.locate.context import BugContext
+from pytest_kernelfix.locate.need import NeedAnswer
+from pytest_kernelfix.redact import redact
+
+_RAW_KEEP = 4000
+_ANALYSIS_KEEP = 300
+
+#: Resolves an answer's ``need``: (items, current files, focus per file) -> what to add.
+NeedResolver = Callable[[Sequence[str], Mapping[str, str], Mapping[str, tuple[str, ...]]],
+                        NeedAnswer]
+
+
+def _digest(files: Mapping[str, str]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.encode() + b"\0" + files[path].encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _same_answer(proposal: Proposal) -> tuple[object, ...]:
+    """What makes two answers the same (a hook's answers may all have the same raw)."""
+    return proposal.raw, proposal.modifications, proposal.need, proposal.declined
+
+
+def heal(
+    context: BugContext,
+    originals: Mapping[str, str],
+    *,
+    fixer: Fixer,
+    verify: Callable[[Mapping[str, str]], Verdict],
+    rounds: int,
+    guard: Guard | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    resolve_need: NeedResolver | None = None,
+    prompt_size: Callable[[ProposalRequest], int] | None = None,
+    tidy: Callable[[str], str] = lambda text: text,
+) -> HealResult:
+    """Run up to ``rounds`` rounds on one bug and return how it ended.
+
+    ``prompt_size`` measures the first round's prompt for the report; ``tidy`` cleans
+    what the verifier says (paths, machinery frames) before the model reads it.
+    """
+    started = clock()
+    originals = dict(originals)
+    current = dict(originals)
+    feedback = ""
+    history: list[Attempt] = []
+    records: list[RoundRecord] = []
+    usage = Usage()
+    tried: dict[str, str] = {}
+    first_prompt = 0
+    previous: tuple[object, ...] | None = None
+
+    def finish(status: str, reason: str, final: Mapping[str, str] | None = None) -> HealResult:
+        return HealResult(
+            group_id=context.group_id,
+            status=status,
+            reason=redact(reason),
+            rounds=tuple(records),
+            original=dict(originals),
+            final=dict(final) if final is not None else {},
+            usage=usage,
+            seconds=clock() - started,
+            prompt_chars=first_prompt,
+            shown=shown_definitions(context),
+        )
+
+    for number in range(1, rounds + 1):
+        request = ProposalRequest(
+            context=context,
+            round=number,
+            files=tuple(context.view(path, redact(text)) for path, text in current.items()),
+            cumulative_diff=redact(cumulative_diff(originals, current)),
+            feedback=redact(feedback),
+            history=tuple(history),
+        )
+        if number == 1 and prompt_size is not None:
+            first_prompt = prompt_size(request)
+        try:
+            proposal = fixer.propose(request)
+        except Exception as error:  # a fixer or a hook that fails ends this bug, not the run
+            source = getattr(fixer, "name", "")
+            why = str(error) if isinstance(error, FixerError) else (
+                f"the fixer failed: {type(error).__name__}: {error}")
+            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}")))
+            return finish(UNHEALED, f"round {number}: {why}")
+        usage = usage + proposal.usage
+        key = _same_answer(proposal)
+        if key == previous and number < rounds:  # in the last round it ends the bug anyway
+            stopped = f"the same answer as round {number - 1}: stopped"
+            records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
+                                       redact(proposal.raw[:_RAW_KEEP])))
+            if on_round is not None:
+                on_round(records[-1])
+            last = records[-2].outcome if len(records) > 1 else ""
+            return finish(UNHEALED, f"the model gave the same answer twice in a row (rounds "
+                                    f"{number - 1} and {number}); last: {last}")
+        previous = key
+        outcome, feedback, accepted = _play_round(proposal, current, originals, tried, verify,
+                                                  guard, tidy)
+        if proposal.need and resolve_need is not None:
+            answer = resolve_need(proposal.need, current, context.focus)
+            context = _with_need(context, answer)
+            for path, text in answer.files.items():
+                originals.setdefault(path, text)
+                current.setdefault(path, text)
+            feedback = _join(feedback, answer.describe())
+        elif proposal.need:
+            feedback = _join(feedback, "Requests for more code cannot be served here.")
+        records.append(
+            RoundRecord(
+                number,
+                proposal.source,
+                tuple(replace(e, error=redact(e.error)) for e in outcome.edits),
+                redact(outcome.summary),
+                proposal.usage,
+                redact(proposal.raw[:_RAW_KEEP]),
+                tuple(redact(note) for note in outcome.notes),
+            )
+        )
+        if on_round is not None:
+            on_round(records[-1])
+        history.append(Attempt(number, redact(outcome.summary), redact(outcome.diff)))
+        if accepted is not None:
+            current = {**current, **accepted}
+        if outcome.ok:
+            return finish(HEALED, f"healed in round {number}", current)
+        if outcome.kind == UNCERTIFIABLE:  # no candidate can be told from a cheat
+            return finish(SKIPPED, outcome.summary)
+    last = records[-1].outcome if records else "no rounds ran"
+    return finish(UNHEALED, f"not healed after {rounds} round(s); last: {last}")
+
+
+def shown_definitions(context: BugContext) -> tuple[str, ...]:
+    """What the model was shown of each editable file: ``path`` whole, else
+    ``path:definition`` per definition shown in full."""
+    shown: list[str] = []
+    for source in context.editable:
+        if source.focused:
+            shown += [f"{source.path}:{name}" for name in source.shown] or [
+                f"{source.path}:(outline)"]
+        else:
+            shown.append(source.path)
+    return tuple(shown)
+
+
+def _with_need(context: BugContext, answer: NeedAnswer) -> BugContext:
+    """``context`` with what a request added: new editable files, more definitions shown
+    in files already editable, read-only views."""
+    focus = {**context.focus, **answer.focus}
+    updated = replace(context, focus=focus)
+    editable = [
+        updated.view(source.path, source.text) if source.focused
+        and focus.get(source.path) != source.shown else source
+        for source in context.editable
+    ]
+    known = {source.path for source in editable}
+    editable += [updated.view(path, redact(text)) for path, text in answer.files.items()
+                 if path not in known]
+    shown = {source.path for source in context.tests}
+    tests = context.tests + tuple(view for view in answer.context if view.path not in shown)
+    return replace(updated, editable=tuple(editable), tests=tests)
+
+
+@dataclass(frozen=True)
+class _RoundOutcome:
+    ok: bool
+    summary: str
+    edits: tuple[EditOutcome, ...] = ()
+    diff: str = ""
+    kind: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def _declined(proposal: Proposal) -> str:
+    analysis = " ".join(proposal.analysis.split())[:_ANALYSIS_KEEP]
+    return analysis or "(no analysis; it proposed no modifications and asked for no code)"
+
+
+def _play_round(
+    proposal: Proposal,
+    current: Mapping[str, str],
+    originals: Mapping[str, str],
+    tried: dict[str, str],
+    verify: Callable[[Mapping[str, str]], Verdict],
+    guard: Guard | None,
+    tidy: Callable[[str], str],
+) -> tuple[_RoundOutcome, str, Mapping[str, str] | None]:
+    """One round after the answer arrived: (outcome, feedback for next round, new base)."""
+    if proposal.parse_error:
+        detail = proposal.parse_error.replace(FORMAT_HINT, "").strip().splitlines()[0][:200]
+        return (
+            _RoundOutcome(False, f"answer could not be read: {detail}"),
+            f"Your previous answer could not be read: {proposal.parse_error}",
+            None,
+        )
+    if not proposal.modifications:
+        if proposal.need:
+            return (
+                _RoundOutcome(False, f"asked for more code: {', '.join(proposal.need)[:300]}"),
+                "",
+                None,
+            )
+        return (
+            _RoundOutcome(False, f"the model proposed no edit: {_declined(proposal)}"),
+            "Your previous answer proposed no edit. The tests still fail: propose edits, or "
+            'ask for the code you need to see with "need".',
+            None,
+        )
+    base: Mapping[str, str] = current
+    applied = apply_proposal(proposal.modifications, current)
+    restarted = ""
+    if applied.errors and dict(current) != dict(originals):
+        fresh = apply_proposal(proposal.modifications, originals)
+        if not fresh.errors:  # every quote is the original's: start over from it
+            applied, base = fresh, originals
+            restarted = ("Your edits quoted the original text, not the current files: they "
+                         "were applied to the original files, and the changes of earlier "
+                         "rounds were dropped.")
+    unmatched = ""
+    if applied.errors:
+        unmatched = "These edits did not apply:\n" + "\n".join(
+            f"- {error}" for error in applied.errors
+        )
+    candidate = applied.files
+    diff = cumulative_diff(base, candidate)
+    # Guarded before "changed nothing": an edit aimed at a test file is refused as such.
+    if guard is not None:
+        rejection = guard(base, candidate, proposal.modifications)
+        if rejection:
+            return (
+                _RoundOutcome(False, f"rejected: {rejection}", applied.edits, diff),
+                _join(f"The candidate was rejected: {rejection}", unmatched),
+                None,
+            )
+    if dict(candidate) == dict(current):
+        summary = "no edit applied" if applied.errors else "edits changed nothing"
+        return (
+            _RoundOutcome(False, summary, applied.edits),
+            unmatched or "Your edits changed nothing; the failure is unchanged.",
+            None,
+        )
+    key = _digest(candidate)
+    if key in tried:
+        return (
+            _RoundOutcome(False, f"repeats an earlier candidate: {tried[key]}", applied.edits,
+                          diff),
+            _join(f"This exact change was already tried and failed: {tried[key]}", unmatched),
+            None,
+        )
+    verdict = verify(candidate)
+    summary = tidy(verdict.summary)
+    tried[key] = summary
+    if restarted:
+        summary = f"applied to the original text: {summary}"
+    notes = "\n".join(f"- {note}" for note in verdict.notes)
+    feedback = _join(restarted, tidy(verdict.feedback or verdict.summary), unmatched,
+                     f"Notes on the candidate's shape:\n{notes}" if notes else "")
+    return (_RoundOutcome(verdict.ok, summary, applied.edits, diff, verdict.kind, verdict.notes),
+            feedback, candidate)
+
+
+def _join(*parts: str) -> str:
+    return "\n\n".join(part for part in parts if part)

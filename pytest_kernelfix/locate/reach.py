@@ -1,0 +1,482 @@
+"""Find the code behind a failing kernel test, wherever it lives in the project.
+
+A bug that produces wrong numbers without an exception leaves no traceback frame in
+the faulty file: the launch grid may be computed by a wrapper in another module, the
+wrong value by a ``@triton.jit`` helper imported from a third, the block size by a
+Python helper in a ``utils`` module. :class:`Reach` starts from what the test run
+recorded (launched kernels, launch sites, traceback frames) and follows the project's
+own imports (module attributes, ``from x import y``, aliases, relative imports,
+``__init__`` re-exports) to:
+
+- the ``@triton.jit`` functions a launched kernel calls, transitively;
+- the project functions a launch site calls to compute what the launch receives
+  (grid, block sizes, dtypes, strides, output tensors), and the constants and
+  ``triton.Config`` lists they read.
+
+Every definition found is scored (how close to the fault it is: the kernel and the
+innermost frames first) and the list is bounded. When nothing is found, the search
+widens level by level (AutoCodeRover's bug-location fallback): the functions the test
+calls, then a text search of the project. The same search answers a model's ``need``
+(``"ops/act.py:silu"``, ``"search: BLOCK_SIZE_N"``). Never tests, conftests or
+installed packages: the :class:`~pytest_kernelfix.project.Project` decides.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
+from pytest_kernelfix.project import Project
+
+#: Bounds: definitions kept per bug, depth of Python helper calls, files scanned by search.
+MAX_LOCATED = 40
+MAX_PYTHON_DEPTH = 2
+MAX_JIT_DEPTH = 6
+MAX_SCAN_FILES = 4000
+MAX_SCAN_BYTES = 1024 * 1024
+_PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages",
+                          "dist-packages"})
+
+
+#: Records a found definition: (file, definition, score, why, depth).
+_Add = Callable[[str, Definition, float, str, int], None]
+
+
+@dataclass(frozen=True)
+class Located:
+    """A definition that may hold the fault: ``path`` is rootdir-relative."""
+
+    path: str
+    qualname: str
+    score: float
+    why: str
+    jit: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.path, self.qualname
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """What the test run recorded about one failure, as plain data.
+
+    ``kernels``: (file, def line) of each launched kernel; ``sites``: each launch's
+    project frames (file, line, function), innermost first; ``frames``: traceback
+    frames (file, line), outermost first; ``test``: the test file and the test's
+    qualified name (``TestClass.test_x``), for the fallback.
+    """
+
+    kernels: tuple[tuple[str, int], ...] = ()
+    sites: tuple[tuple[tuple[str, int, str], ...], ...] = ()
+    frames: tuple[tuple[str, int], ...] = ()
+    test_path: str = ""
+    test_name: str = ""
+
+
+def high_group(scores: Sequence[float]) -> int:
+    """How many of the descending ``scores`` form the group above the largest gap.
+
+    The largest gap counts only when it stands out (more than twice the mean of the
+    other gaps); applied again when the first cut keeps more than half (findHighGroups):
+    an adaptive cut-off instead of a fixed top-k.
+    """
+    keep = len(scores)
+    for _ in range(2):
+        if keep <= 2:
+            return keep
+        gaps = [scores[i] - scores[i + 1] for i in range(keep - 1)]
+        widest = max(gaps)
+        cut = gaps.index(widest)
+        others = [gap for index, gap in enumerate(gaps) if index != cut]
+        if widest <= 0 or widest <= 2 * (sum(others) / len(others)):
+            return keep
+        before, keep = keep, cut + 1
+        if keep <= before / 2:
+            break
+    return keep
+
+
+class Reach:
+    """Static reach over one project; parses each file once per (mtime, size)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.root = os.path.abspath(project.root)
+        self._modules: dict[str, tuple[int, int, ModuleIndex | None]] = {}
+        self._module_files: dict[tuple[str, int, str], str] = {}
+        self._files: list[str] | None = None
+        self._readable: dict[str, bool] = {}
+
+    # -- files and modules --------------------------------------------------------------
+
+    def readable(self, path: str) -> bool:
+        """A project source that reach may read (:meth:`Project.is_source`; tests and
+        conftests are read-only context, not code to follow), decided once per path."""
+        known = self._readable.get(path)
+        if known is None:
+            known = self._readable[path] = self.project.is_source(path)
+        return known
+
+    def module(self, path: str) -> ModuleIndex | None:
+        """The index of a project file (None when unreadable)."""
+        path = os.path.abspath(path)
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        cached = self._modules.get(path)
+        if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+            return cached[2]
+        index: ModuleIndex | None = None
+        if stat.st_size <= MAX_SCAN_BYTES:
+            try:
+                index = parse_module(Path(path).read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                index = None
+        self._modules[path] = (stat.st_mtime_ns, stat.st_size, index)
+        return index
+
+    def _bases(self, from_path: str) -> list[str]:
+        """Directories an absolute import may start from, nearest package base first."""
+        directory = os.path.dirname(os.path.abspath(from_path))
+        package_base = directory
+        while os.path.isfile(os.path.join(package_base, "__init__.py")) and (
+            package_base != self.root
+        ):
+            package_base = os.path.dirname(package_base)
+        bases = [package_base, self.root, os.path.join(self.root, "src")]
+        current = directory
+        while current.startswith(self.root) and current != self.root:
+            bases.append(current)
+            current = os.path.dirname(current)
+        return list(dict.fromkeys(bases))
+
+    def module_file(self, module: str, level: int, from_path: str) -> str:
+        """The project file of ``module`` as imported from ``from_path``, or ""."""
+        key = (module, level, os.path.dirname(from_path) if level else from_path)
+        if key in self._module_files:
+            return self._module_files[key]
+        parts = [part for part in module.split(".") if part]
+        if level:
+            base = os.path.dirname(os.path.abspath(from_path))
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            bases = [base]
+        else:
+            bases = self._bases(from_path)
+        found = ""
+        for base in bases:
+            stem = os.path.join(base, *parts)
+            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+                if (parts or level) and os.path.isfile(candidate) and self.readable(candidate):
+                    found = candidate
+                    break
+            if found:
+                break
+        self._module_files[key] = found
+        return found
+
+    # -- names ---------------------------------------------------------------------------
+
+    def resolve(self, path: str, name: str, depth: int = 0) -> tuple[str, Definition] | None:
+        """The project definition ``name`` (dotted) means in the module at ``path``."""
+        index = self.module(path)
+        if index is None or depth > 6 or not name:
+            return None
+        parts = name.split(".")
+        local = index.find(parts[0])
+        if local is not None:
+            if len(parts) == 1:
+                return path, local
+            if local.kind == "class":
+                method = index.find(f"{parts[0]}.{parts[1]}")
+                return path, method or local
+            return None  # an attribute of a function or a constant
+        imported = index.import_map.get(parts[0])
+        if imported is None:
+            return None
+        rest = parts[1:]
+        if imported.name:  # from module import name [as head]
+            target = self.module_file(imported.module, imported.level, path)
+            if target:
+                found_there = self.resolve(target, ".".join([imported.name, *rest]), depth + 1)
+                if found_there is not None:
+                    return found_there
+            sub = ".".join(p for p in (imported.module, imported.name) if p)
+            target = self.module_file(sub, imported.level, path)
+            if target and rest:
+                return self.resolve(target, ".".join(rest), depth + 1)
+            return None
+        module_parts = imported.module.split(".")
+        chain = module_parts + rest[: max(0, len(rest) - 1)]
+        for cut in range(len(chain), 0, -1):  # the longest importable module prefix
+            target = self.module_file(".".join(chain[:cut]), 0, path)
+            remaining = [*chain[cut:], *rest[max(0, len(rest) - 1):]]
+            if target and remaining and cut >= len(module_parts):
+                return self.resolve(target, ".".join(remaining), depth + 1)
+        return None
+
+    # -- locating -----------------------------------------------------------------------
+
+    def locate(self, seeds: Seeds, *, limit: int = MAX_LOCATED) -> tuple[Located, ...]:
+        """Definitions that may hold the fault, best first, at most ``limit``.
+
+        Level 1 follows the recorded kernels, launch sites and traceback; when it finds
+        nothing, level 2 follows what the test function calls; level 3 searches the
+        project's text for the test's words.
+        """
+        found = self._from_records(seeds)
+        if not found and seeds.test_path:
+            found = self._from_test(seeds)
+        if not found and seeds.test_name:
+            words = [w for w in re.split(r"[^a-zA-Z0-9]+|_", seeds.test_name)
+                     if len(w) > 2 and w not in ("test", "Test")]
+            hits: dict[tuple[str, str], Located] = {}
+            for word in words:
+                for item in self.search_text(word, jit_only=True):
+                    hits.setdefault(item.key, item)
+            found = hits
+        ranked = sorted(found.values(), key=lambda item: (-item.score, item.path, item.qualname))
+        return tuple(ranked[:limit])
+
+    def _from_records(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
+        found: dict[tuple[str, str], Located] = {}
+        queue: list[tuple[float, int, str, str, str, int]] = []
+        counter = 0
+
+        def add(path: str, definition: Definition, score: float, why: str, depth: int) -> None:
+            nonlocal counter
+            item = Located(self.project.relative(path), definition.qualname, score, why,
+                           definition.jit)
+            known = found.get(item.key)
+            if known is not None and known.score >= score:
+                return
+            found[item.key] = item
+            counter += 1
+            heapq.heappush(queue, (-score, counter, path, definition.qualname, why, depth))
+
+        def at(path: str, line: int) -> Definition | None:
+            if not self.readable(path):
+                return None
+            index = self.module(path)
+            return None if index is None else index.at(line)
+
+        for file, line in seeds.kernels:
+            definition = at(file, line)
+            if definition is not None:
+                add(file, definition, 100.0, "launched kernel", 0)
+        project_frames = [(f, n) for f, n in seeds.frames if self.readable(f)]
+        for rank, (file, line) in enumerate(reversed(project_frames)):
+            definition = at(file, line)
+            if definition is not None:
+                add(file, definition, max(60.0, 98.0 - 4 * rank), "in the traceback", 0)
+        for chain in seeds.sites:
+            rank = 0
+            for file, line, _ in chain:
+                definition = at(file, line)
+                if definition is None:
+                    continue
+                add(file, definition, max(55.0, 95.0 - 6 * rank),
+                    "launches the kernel" if rank == 0 else "on the stack at the launch", 0)
+                rank += 1
+        while queue and len(found) < 4 * MAX_LOCATED:
+            negative, _, path, qualname, _why, depth = heapq.heappop(queue)
+            score = -negative
+            known = found.get((self.project.relative(path), qualname))
+            if known is None or known.score > score:
+                continue  # superseded by a better path to the same definition
+            index = self.module(path)
+            definition = None if index is None else index.find(qualname)
+            if definition is not None:
+                self._expand(path, definition, score, depth, add)
+        return found
+
+    def _expand(self, path: str, definition: Definition, score: float, depth: int,
+                add: _Add) -> None:
+        """Queue what ``definition`` reaches: jit callees, feeding calls, constants."""
+        name = definition.qualname
+        if definition.jit:
+            if depth >= MAX_JIT_DEPTH:
+                return
+            for callee in definition.calls:
+                target = self.resolve(path, callee)
+                if target is not None and target[1].jit:
+                    add(*target, score - 4, f"called by {name}", depth + 1)
+        elif definition.kind in ("function", "method"):
+            for kernel in definition.launches:
+                target = self.resolve(path, kernel)
+                if target is not None and target[1].jit:
+                    add(*target, score - 2, f"launched by {name}", depth)
+            if depth < MAX_PYTHON_DEPTH:
+                for callee in definition.feeds:
+                    target = self.resolve(path, callee)
+                    if target is not None and target[1].kind in ("function", "method"):
+                        add(*target, score - 8, f"computes launch arguments for {name}",
+                            depth + 1)
+                for callee in definition.calls:
+                    if callee in definition.feeds or callee in definition.launches:
+                        continue
+                    target = self.resolve(path, callee)
+                    if target is not None and target[1].kind in ("function", "method"):
+                        add(*target, score - 30, f"called by {name}", MAX_PYTHON_DEPTH)
+        for used in definition.names:
+            if used in definition.calls:
+                continue
+            target = self.resolve(path, used)
+            if target is None:
+                continue
+            kind = target[1].kind
+            if kind == "constant":
+                add(*target, score - 3, f"read by {name}", MAX_PYTHON_DEPTH)
+            elif target[1].jit and definition.jit:  # a helper passed as a constexpr
+                add(*target, score - 4, f"used by {name}", depth + 1)
+
+    def _from_test(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
+        """Level 2: the project functions the test calls, and what they launch."""
+        index = self.module(seeds.test_path)
+        test = None if index is None else index.find(seeds.test_name)
+        if index is None or test is None:
+            return {}
+        seeds_of_test: list[tuple[str, int, str]] = []
+        for callee in test.calls:
+            target = self.resolve(seeds.test_path, callee)
+            if target is None:
+                continue
+            file, definition = target
+            if definition.kind in ("function", "method"):
+                seeds_of_test.append((file, definition.line, definition.qualname))
+            elif definition.kind == "class":  # Function.apply(...): its methods run
+                methods = self.module(file)
+                for member in () if methods is None else methods.definitions:
+                    if member.qualname.startswith(definition.qualname + "."):
+                        seeds_of_test.append((file, member.line, member.qualname))
+        if not seeds_of_test:
+            return {}
+        found = self._from_records(Seeds(sites=(tuple(seeds_of_test),)))
+        return {key: Located(item.path, item.qualname, item.score - 25,
+                             f"called by the test ({item.why})", item.jit)
+                for key, item in found.items()}
+
+    # -- search -------------------------------------------------------------------------
+
+    def files(self) -> list[str]:
+        """Every project source reach may read (bounded; hidden and build dirs pruned)."""
+        if self._files is None:
+            found: list[str] = []
+            for directory, dirs, names in os.walk(self.root):
+                dirs[:] = sorted(
+                    d for d in dirs
+                    if not d.startswith(".") and d not in _PRUNED_DIRS
+                    and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
+                )
+                for name in sorted(names):
+                    path = os.path.join(directory, name)
+                    if self.readable(path):
+                        found.append(path)
+                if len(found) >= MAX_SCAN_FILES:
+                    break
+            self._files = found[:MAX_SCAN_FILES]
+        return self._files
+
+    def search_definition(self, name: str) -> tuple[Located, ...]:
+        """Definitions named ``name`` (``f``, ``Class`` or ``Class.method``) anywhere."""
+        hits = []
+        for path in self.files():
+            index = self.module(path)
+            if index is None:
+                continue
+            for definition in index.definitions:
+                if definition.qualname == name or definition.name == name:
+                    score = 100.0 if definition.qualname == name else 90.0
+                    hits.append(Located(self.project.relative(path), definition.qualname,
+                                        score, f"defines {name}", definition.jit))
+        hits.sort(key=lambda item: (-item.score, item.path))
+        return tuple(hits)
+
+    def search_text(self, text: str, *, jit_only: bool = False) -> tuple[Located, ...]:
+        """The definitions whose text holds ``text``, ranked by occurrences and cut at the
+        largest score gap."""
+        needle = text.strip()
+        if not needle:
+            return ()
+        scored: list[Located] = []
+        for path in self.files():
+            try:
+                source = Path(path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if needle not in source:
+                continue
+            index = self.module(path)
+            if index is None:
+                continue
+            lines = source.splitlines()
+            for definition in index.definitions:
+                if jit_only and not definition.jit:
+                    continue
+                if definition.kind == "class":
+                    continue
+                body = "\n".join(lines[definition.start - 1 : definition.end])
+                count = body.count(needle)
+                if count:
+                    name_hit = 5.0 if needle in definition.qualname else 0.0
+                    scored.append(Located(self.project.relative(path), definition.qualname,
+                                          count + name_hit + (1.0 if definition.jit else 0.0),
+                                          f"contains {needle!r}", definition.jit))
+        scored.sort(key=lambda item: (-item.score, item.path, item.qualname))
+        return tuple(scored[: high_group([item.score for item in scored])])
+
+
+def seeds_of(
+    frames: Iterable[tuple[str, int]],
+    launches: Iterable[tuple[str, int, Sequence[tuple[str, int, str]]]],
+    test_path: str = "",
+    nodeid: str = "",
+) -> Seeds:
+    """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples."""
+    kernels, sites = [], []
+    for file, line, launch_sites in launches:
+        if file:
+            kernels.append((file, line))
+        if launch_sites:
+            sites.append(tuple(launch_sites))
+    return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid))
+
+
+def nodeid_qualname(nodeid: str) -> str:
+    """``Class.test`` of ``path::Class::test[param]``."""
+    parts = nodeid.split("::")[1:]
+    if not parts:
+        return ""
+    parts[-1] = parts[-1].split("[")[0]
+    return ".".join(parts)
+
+
+def split_need(item: str) -> tuple[str, str, str]:
+    """A model's request, as (kind, path, symbol-or-text): ``search``, ``symbol`` or ``file``.
+
+    ``"search: BLOCK_SIZE_N"`` searches text; ``"ops/act.py:silu"`` (or ``ops/act.py::silu``)
+    names a definition in a file; ``"ops/act.py"`` a file; ``"silu"`` a definition anywhere.
+    """
+    text = item.strip()
+    lowered = text.lower()
+    for prefix in ("search:", "grep:", "text:"):
+        if lowered.startswith(prefix):
+            return "search", "", text[len(prefix):].strip()
+    path, sep, symbol = text.partition("::") if "::" in text else text.rpartition(":")
+    if sep and path.endswith(".py"):
+        return "symbol", path.strip(), symbol.strip()
+    if text.endswith(".py"):
+        return "file", text, ""
+    return "symbol", "", text
+
+
+def is_posix_relative(path: str) -> bool:
+    pure = PurePosixPath(path.replace("\\", "/"))
+    return not pure.is_absolute() and ".." not in pure.parts

@@ -1,0 +1,400 @@
+"""Artifacts of a healing session: one patch per healed bug, report.json, report.md.
+
+Patches are written the way Hypothesis writes its patches: a short header git ignores,
+``a/`` ``b/`` paths relative to the rootdir, a stable name derived from the bug, and a
+``git apply`` line in the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelfix import __version__
+from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.fixers.base import Usage
+from pytest_kernelfix.heal.outcomes import HEALED, HealResult
+from pytest_kernelfix.locate.context import CHARS_PER_TOKEN
+from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.redact import redact
+from pytest_kernelfix.rerun.launcher import RerunStats
+
+SCHEMA_VERSION = 1
+PATCH_MARKER = "Generated-by: pytest-kernelfix"
+#: How much of an error line patches, reports and CI annotations show.
+HEADLINE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class BugReport:
+    """One bug as reported: the group, how the heal ended, and what was done with it."""
+
+    group: BugGroup
+    result: HealResult
+    patch_file: str = ""
+    applied: tuple[str, ...] = ()
+    apply_error: str = ""
+    reruns: RerunStats = field(default_factory=RerunStats)
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    bugs: tuple[BugReport, ...]
+    rootdir: Path
+    report_dir: Path
+    mode: str
+    device: str
+    model: str
+    seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    workers: int = 1
+
+    @property
+    def reruns(self) -> RerunStats:
+        """Every bug's reruns together."""
+        total = RerunStats()
+        for bug in self.bugs:
+            total = total + bug.reruns
+        return total
+    max_cost: float = 0.0
+    max_tokens: int = 0
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for bug in self.bugs:
+            total = total + bug.result.usage
+        return total
+
+    def count(self, status: str) -> int:
+        return sum(1 for bug in self.bugs if bug.result.status == status)
+
+
+def patch_name(group: BugGroup) -> str:
+    return f"{group.id}.patch"
+
+
+def error_headline(group: BugGroup) -> str:
+    """The bug's error line as patches, reports and CI annotations show it."""
+    return group.first.error.headline[:HEADLINE_CHARS]
+
+
+def patch_text(group: BugGroup, result: HealResult) -> str:
+    """The patch file: a header that ``git apply`` skips (redacted), then the diff."""
+    header = [
+        f"{PATCH_MARKER} {__version__}",
+        f"Bug: {group.id}",
+        f"Error: {error_headline(group)}",
+        f"Tests: {len(group.nodeids)} ({group.nodeids[0]}"
+        + (", ..." if len(group.nodeids) > 1 else "") + ")",
+        f"Rounds: {len(result.rounds)}",
+        "",
+    ]
+    return redact("\n".join(header)) + "\n" + result.patch
+
+
+def redacted(data: Any) -> Any:
+    """``data`` (JSON-like) with every string redacted, before it is serialised."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, list):
+        return [redacted(item) for item in data]
+    if isinstance(data, dict):
+        return {key: redacted(value) for key, value in data.items()}
+    return data
+
+
+def write_atomic(path: Path, text: str) -> None:
+    replace_file(path, text.encode("utf-8"))
+
+
+def _levels(result: HealResult) -> list[list[str]]:
+    return [[edit.level for edit in record.edits] for record in result.rounds]
+
+
+def bug_json(bug: BugReport) -> dict[str, Any]:
+    result, group = bug.result, bug.group
+    return {
+        "id": group.id,
+        "status": result.status,
+        "reason": result.reason,
+        "kernel": group.kernel,
+        "error": group.first.error.headline,
+        "nodeids": list(group.nodeids),
+        "files": list(group.editable),
+        "rounds": len(result.rounds),
+        "levels": _levels(result),
+        "round_details": [
+            {
+                "round": record.round,
+                "source": record.source,
+                "outcome": record.outcome,
+                "edits": [
+                    {"file": e.file, "level": e.level, "error": e.error} for e in record.edits
+                ],
+                "calls": record.usage.calls,
+                "prompt_tokens": record.usage.prompt_tokens,
+                "completion_tokens": record.usage.completion_tokens,
+                "cost": record.usage.cost,
+                "notes": list(record.notes),
+                "cached": record.usage.cache_hits > 0,
+            }
+            for record in result.rounds
+        ],
+        "calls": result.usage.calls,
+        "cache_hits": result.usage.cache_hits,
+        "prompt_tokens": result.usage.prompt_tokens,
+        "completion_tokens": result.usage.completion_tokens,
+        "cost": result.usage.cost,
+        "seconds": round(result.seconds, 3),
+        "patch": bug.patch_file or None,
+        "changed_files": list(result.changed_files),
+        "applied": list(bug.applied),
+        "apply_error": bug.apply_error or None,
+        "first_prompt_chars": result.prompt_chars or None,
+        "first_prompt_tokens": prompt_tokens(result.prompt_chars) or None,
+        "shown": list(result.shown),
+        "reruns": reruns_json(bug.reruns),
+    }
+
+
+def reruns_json(stats: RerunStats) -> dict[str, Any]:
+    """How the reruns ran (``fork``, ``subprocess``, ``mixed`` or ``none``), what they
+    cost, why any was not forked, and how many compile-cache lookups hit."""
+    return {
+        "count": stats.count,
+        "mode": stats.mode,
+        "seconds": round(stats.seconds, 3),
+        "fallbacks": list(stats.fallbacks),
+        "cache_hits": stats.cache_hits,
+        "cache_lookups": stats.cache_lookups,
+    }
+
+
+def prompt_tokens(chars: int) -> int:
+    """An estimate of a prompt's tokens from its characters (see context.CHARS_PER_TOKEN)."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def session_json(report: SessionReport) -> dict[str, Any]:
+    usage = report.usage
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"pytest-kernelfix {__version__}",
+        "rootdir": str(report.rootdir),
+        "mode": report.mode,
+        "device": report.device,
+        "model": report.model,
+        "seconds": round(report.seconds, 3),
+        "totals": {
+            "bugs": len(report.bugs),
+            "healed": report.count("healed"),
+            "unhealed": report.count("unhealed"),
+            "skipped": report.count("skipped"),
+            "calls": usage.calls,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cost": usage.cost,
+            "cache_hits": usage.cache_hits,
+        },
+        "budget": {
+            "max_cost": report.max_cost or None,
+            "max_tokens": report.max_tokens or None,
+        },
+        "notes": list(report.notes),
+        "reruns": {**reruns_json(report.reruns), "workers": report.workers},
+        "bugs": [bug_json(bug) for bug in report.bugs],
+    }
+
+
+def _display(path: Path, rootdir: Path) -> str:
+    try:
+        return path.relative_to(rootdir).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def repository_root(start: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The git top level above ``start`` (a ``.git`` folder or file: worktrees,
+    submodules); else ``$GITHUB_WORKSPACE`` when it holds ``start``; else ``start``."""
+    start = Path(os.path.abspath(start))
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    workspace = (environ if environ is not None else os.environ).get("GITHUB_WORKSPACE", "")
+    if workspace and start.is_relative_to(os.path.abspath(workspace)):
+        return Path(os.path.abspath(workspace))
+    return start
+
+
+def apply_command(patch: Path, rootdir: Path, cwd: Path, repo: Path | None = None) -> str:
+    """The ``git apply`` line, run from ``cwd``, for a patch whose paths are relative to
+    ``rootdir``.
+
+    When the rootdir is a subdirectory of a git repository, git reads patch paths from
+    the top level (and silently skips those outside the current directory), so the line
+    runs at the top level with ``--directory=<rootdir>``.
+    """
+    repo = Path(os.path.abspath(repository_root(rootdir) if repo is None else repo))
+    if repo == Path(os.path.abspath(rootdir)):
+        inside = _display(patch, rootdir)
+        if os.path.abspath(rootdir) == os.path.abspath(cwd):
+            return f"git apply {inside}"
+        return f"git -C {os.path.relpath(rootdir, cwd)} apply {inside}"
+    where = "" if repo == Path(os.path.abspath(cwd)) else f"-C {os.path.relpath(repo, cwd)} "
+    prefix = Path(os.path.relpath(rootdir, repo)).as_posix()
+    return f"git {where}apply --directory={prefix} {_display(patch, repo)}"
+
+
+def session_markdown(report: SessionReport) -> str:
+    usage = report.usage
+    lines = [
+        "# kernelfix report",
+        "",
+        f"{len(report.bugs)} bug(s): {report.count('healed')} healed, "
+        f"{report.count('unhealed')} unhealed, {report.count('skipped')} skipped. "
+        f"{usage.calls} model call(s), {usage.tokens} tokens, ${usage.cost:.4f}"
+        + (f", {usage.cache_hits} answer(s) from the cache (free)" if usage.cache_hits else "")
+        + f", {report.seconds:.1f} s. Device: {report.device}; fixer: `{report.model}`.",
+        "",
+        "Failing tests stay failed in the test run; healing is reported beside them.",
+        "",
+        reruns_line(report),
+        "",
+        "| bug | status | tests | rounds | edits | first prompt | calls | tokens | cost | "
+        "seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for bug in report.bugs:
+        result = bug.result
+        levels = ", ".join(level for round_levels in _levels(result) for level in round_levels)
+        prompt = (f"~{prompt_tokens(result.prompt_chars)} tokens" if result.prompt_chars
+                  else "-")
+        lines.append(
+            f"| `{bug.group.id}` | {result.status} | {len(bug.group.nodeids)} | "
+            f"{len(result.rounds)} | {levels or '-'} | {prompt} | {result.usage.calls} | "
+            f"{result.usage.tokens} | "
+            f"${result.usage.cost:.4f} | {result.seconds:.1f} |"
+        )
+    for note in report.notes:
+        lines += ["", f"> {note}"]
+    repo = repository_root(report.rootdir)
+    for bug in report.bugs:
+        result = bug.result
+        lines += ["", f"## `{bug.group.id}`: {result.status}", ""]
+        lines.append(f"- Error: `{error_headline(bug.group)}`")
+        lines.append(f"- Tests: {len(bug.group.nodeids)} (first: `{bug.group.nodeids[0]}`)")
+        lines.append(f"- Files: {', '.join(f'`{p}`' for p in bug.group.editable) or 'none'}")
+        if result.shown:
+            lines.append(f"- Shown to the model: {', '.join(f'`{s}`' for s in result.shown)}"
+                         + (f" (first prompt {result.prompt_chars} characters)"
+                            if result.prompt_chars else ""))
+        lines.append(f"- Outcome: {result.reason}")
+        for record in result.rounds:
+            edits = ", ".join(e.level for e in record.edits) or "no edits"
+            cached = ", cached" if record.usage.cache_hits else ""
+            lines.append(f"  - round {record.round} ({record.source or 'fixer'}{cached}; "
+                         f"{edits}): {record.outcome}")
+            lines += [f"    - note: {note}" for note in record.notes]
+        if bug.patch_file:
+            command = apply_command(report.report_dir / bug.patch_file, report.rootdir, repo,
+                                    repo)
+            where = "rootdir" if repo == report.rootdir else "repository root"
+            lines += ["", f"Apply from the {where} with `{command}`", ""]
+            lines += ["```diff", result.patch.rstrip("\n"), "```"]
+        if bug.applied:
+            lines += ["", f"Written to the working tree: {', '.join(bug.applied)}"]
+        if bug.apply_error:
+            lines += ["", f"Not written to the working tree: {bug.apply_error}"]
+    return "\n".join(lines) + "\n"
+
+
+def reruns_line(report: SessionReport) -> str:
+    """One sentence on how the sandbox reruns ran."""
+    stats = report.reruns
+    text = (f"Sandbox reruns: {stats.count} ({stats.mode}), {stats.seconds:.1f} s, "
+            f"{report.workers} worker(s)")
+    if stats.cache_lookups:
+        text += (f"; compile cache: {stats.cache_hits} of {stats.cache_lookups} "
+                 "kernel compile(s) reused")
+    text += "."
+    if stats.fallbacks:
+        text += " Not forked: " + "; ".join(stats.fallbacks)
+    return text
+
+
+def remove_stale_patches(report_dir: Path, keep: Sequence[str]) -> None:
+    """Delete patches an earlier session wrote that this session did not write again."""
+    if not report_dir.is_dir():
+        return
+    for path in report_dir.glob("*.patch"):
+        if path.name in keep:
+            continue
+        try:
+            head = path.read_text(encoding="utf-8", errors="replace")[:200]
+        except OSError:
+            continue
+        if head.startswith(PATCH_MARKER):
+            path.unlink(missing_ok=True)
+
+
+def write_patches(bugs: Sequence[tuple[BugGroup, HealResult]], report_dir: Path) -> dict[str, str]:
+    """Write a patch for every healed bug; returns group id -> patch file name."""
+    written: dict[str, str] = {}
+    for group, result in bugs:
+        if result.status == HEALED and result.patch:
+            name = patch_name(group)
+            write_atomic(report_dir / name, patch_text(group, result))
+            written[group.id] = name
+    return written
+
+
+def write_reports(report: SessionReport) -> Mapping[str, Path]:
+    """Write report.json and report.md next to the patches; returns their paths."""
+    json_path = report.report_dir / "report.json"
+    md_path = report.report_dir / "report.md"
+    write_atomic(json_path, json.dumps(redacted(session_json(report)), indent=2) + "\n")
+    write_atomic(md_path, redact(session_markdown(report)))
+    remove_stale_patches(report.report_dir, [b.patch_file for b in report.bugs if b.patch_file])
+    return {"json": json_path, "markdown": md_path}
+
+
+def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
+    """The terminal summary: one line per bug, then the patches and the report."""
+    lines = []
+    for bug in report.bugs:
+        result = bug.result
+        detail = result.reason
+        if result.status == HEALED:
+            levels = ", ".join(e.level for e in result.rounds[-1].edits if e.level != "none")
+            detail = (f"{len(result.rounds)} round(s), {len(bug.group.nodeids)} test(s), "
+                      f"{', '.join(result.changed_files)} ({levels})")
+        lines.append(f"{result.status:<9} {bug.group.id}: {detail}")
+    patches = [b for b in report.bugs if b.patch_file]
+    if patches:
+        lines.append("")
+        lines.append("patches (each verified on a sandbox copy):")
+        repo, cwd = repository_root(report.rootdir), Path.cwd()
+        for bug in patches:
+            patch = report.report_dir / bug.patch_file
+            lines.append(f"  {apply_command(patch, report.rootdir, cwd, repo)}")
+    applied = [path for bug in report.bugs for path in bug.applied]
+    if applied:
+        lines.append("")
+        lines.append(f"written to the working tree: {', '.join(applied)}")
+    for bug in report.bugs:
+        if bug.apply_error:
+            lines.append(f"not written ({bug.group.id}): {bug.apply_error}")
+    hits = report.usage.cache_hits
+    if hits:
+        lines.append(f"answers from the cache: {hits} (no call, no cost)")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    if json_path is not None:
+        lines.append(f"report: {_display(json_path, Path.cwd())}")
+    return lines

@@ -1,0 +1,279 @@
+"""What a healing session tells GitHub: the step summary, annotations, review suggestions.
+
+- ``suggestions.rdjson`` (always written beside the patches): every healed change as a
+  review suggestion in reviewdog's diagnostic format (rdjson), so
+  ``reviewdog -f=rdjson -reporter=github-pr-review`` posts it on the pull request's lines
+  (any rdjson consumer, GitLab's included, reads it too).
+- With ``GITHUB_ACTIONS=true``: ``report.md`` is appended to ``$GITHUB_STEP_SUMMARY``,
+  and one workflow-command annotation per bug is printed: ``::notice`` at the first
+  line a healed bug's patch changes, ``::warning`` with the reason for the others.
+
+Paths are relative to the repository root (the git top level), which differs from
+pytest's rootdir when pytest runs in a subdirectory: GitHub and reviewdog resolve paths
+from the repository root. Line numbers are those of the files as the tests ran, the
+commit the pull request shows. Import-light: standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelfix.heal.outcomes import HEALED, SKIPPED
+from pytest_kernelfix.redact import redact
+from pytest_kernelfix.report.artifacts import (
+    BugReport,
+    SessionReport,
+    error_headline,
+    repository_root,
+    write_atomic,
+)
+
+SUGGESTIONS_FILE = "suggestions.rdjson"
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+#: GitHub refuses a step summary over 1 MiB (the whole file, all writers of the step).
+SUMMARY_LIMIT = 1024 * 1024
+#: Changes closer than this many unchanged lines become one suggestion.
+_MERGE_GAP = 3
+_SOURCE = {"name": "pytest-kernelfix"}
+
+
+def in_github_actions(environ: Mapping[str, str]) -> bool:
+    return environ.get("GITHUB_ACTIONS", "").strip().lower() == "true"
+
+
+def repo_path(path: Path, repo_root: Path) -> str:
+    """``path`` relative to the repository root, with ``/`` (absolute when outside it)."""
+    relative = os.path.relpath(os.path.abspath(path), repo_root)
+    return os.path.abspath(path) if relative.startswith("..") else Path(relative).as_posix()
+
+
+# --- workflow commands ---------------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message: ``%``, CR and LF escaped (GitHub's toolkit rules)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value: also ``:`` and ``,`` escaped."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(command: str, properties: Mapping[str, object], message: str) -> str:
+    shown = ",".join(f"{name}={escape_property(str(value))}"
+                     for name, value in properties.items())
+    return f"::{command} {shown}::{escape_data(message)}"
+
+
+# --- where a change lands -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """Lines ``start``..``end`` (1-based, inclusive) of the original become ``lines``.
+
+    ``end == start - 1`` is a pure insertion before line ``start``.
+    """
+
+    start: int
+    end: int
+    lines: tuple[str, ...]
+
+
+def hunks(original: str, final: str) -> list[Hunk]:
+    """The changed line ranges of one file, nearby changes merged."""
+    old, new = original.splitlines(), final.splitlines()
+    blocks: list[list[int]] = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if blocks and i1 - blocks[-1][1] <= _MERGE_GAP:
+            blocks[-1][1], blocks[-1][3] = i2, j2
+        else:
+            blocks.append([i1, i2, j1, j2])
+    return [Hunk(i1 + 1, i2, tuple(new[j1:j2])) for i1, i2, j1, j2 in blocks]
+
+
+def line_based(hunk: Hunk, original: str) -> Hunk:
+    """A hunk that replaces at least one whole line, as GitHub suggestions must.
+
+    A pure insertion takes the line before it along (or the first line, at the top).
+    """
+    if hunk.end >= hunk.start:
+        return hunk
+    old = original.splitlines()
+    if not old:
+        return hunk
+    if hunk.start > 1:
+        before = hunk.start - 1
+        return Hunk(before, before, (old[before - 1], *hunk.lines))
+    return Hunk(1, 1, (*hunk.lines, old[0]))
+
+
+def first_change(bug: BugReport) -> tuple[str, int] | None:
+    """The first changed line of a healed bug's patch: (rootdir-relative file, line)."""
+    result = bug.result
+    for path in result.changed_files:
+        found = hunks(result.original[path], result.final[path])
+        if found:
+            return path, line_based(found[0], result.original[path]).start
+    return None
+
+
+def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
+    """Where a bug that was not healed shows: the innermost traceback line in a file a
+    fix may edit, else the launched kernel's ``def`` there, else the innermost line in
+    the project (the test's)."""
+    failure = bug.group.first
+    frames = [(frame.path, frame.lineno) for frame in reversed(failure.error.frames)]
+    kernels = [(launch.file, launch.line) for launch in failure.launches]
+    inside = []
+    for path, line in frames + kernels:
+        relative = os.path.relpath(os.path.abspath(path), rootdir)
+        if not relative.startswith("..") and os.path.isfile(path):
+            inside.append((Path(relative).as_posix(), line))
+    for relative, line in inside:
+        if relative in bug.group.editable:
+            return relative, line
+    return inside[0] if inside else None
+
+
+def _tests(bug: BugReport) -> str:
+    nodeids = bug.group.nodeids
+    more = f" and {len(nodeids) - 1} more" if len(nodeids) > 1 else ""
+    return f"{len(nodeids)} failing test(s) ({nodeids[0]}{more})"
+
+
+def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
+    """One ``::notice`` (healed) or ``::warning`` (unhealed, skipped) line for ``bug``."""
+    result, group = bug.result, bug.group
+    headline = error_headline(group)
+    if result.status == HEALED:
+        command, title = "notice", f"kernelfix healed {group.id}"
+        where = first_change(bug)
+        message = (f"{_tests(bug)} pass with the change suggested here, verified by a rerun."
+                   f"\nThe error was: {headline}")
+        if bug.patch_file:
+            message += f"\nPatch: {repo_path(report.report_dir / bug.patch_file, repo_root)}"
+    else:
+        command = "warning"
+        title = (f"kernelfix skipped {group.id}" if result.status == SKIPPED
+                 else f"kernelfix could not heal {group.id}")
+        where = failure_location(bug, report.rootdir)
+        message = f"{_tests(bug)} fail: {headline}\n{result.status}: {result.reason}"
+    properties: dict[str, object] = {}
+    if where is not None:
+        properties = {"file": repo_path(report.rootdir / where[0], repo_root),
+                      "line": where[1]}
+    properties["title"] = title
+    return redact(workflow_command(command, properties, message))
+
+
+def annotation_lines(report: SessionReport, repo_root: Path) -> list[str]:
+    return [annotation(bug, report, repo_root) for bug in report.bugs]
+
+
+# --- step summary ----------------------------------------------------------------------
+
+
+def append_step_summary(markdown: str, target: Path) -> str:
+    """Append ``markdown`` to the step summary file; a note when it had to be cut or
+    could not be written, else ""."""
+    try:
+        used = target.stat().st_size if target.exists() else 0
+    except OSError:
+        used = 0
+    data = ("\n" if used else "") + markdown
+    note = ""
+    room = SUMMARY_LIMIT - used
+    if len(data.encode("utf-8")) > room:
+        data = _cut(data, room - 200)
+        note = ("the report was cut to fit GitHub's 1 MiB step summary; the whole report "
+                "is report.md in the report dir")
+        data += f"\n\n> kernelfix: {note}.\n"
+    try:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(data)
+    except OSError as error:
+        return f"could not append to ${SUMMARY_ENV} ({target}): {error.strerror or error}"
+    return note
+
+
+def _cut(text: str, limit: int) -> str:
+    """Whole lines of ``text`` within ``limit`` bytes, with an open code fence closed."""
+    kept: list[str] = []
+    size = 0
+    for line in text.splitlines(keepends=True):
+        size += len(line.encode("utf-8"))
+        if size > max(limit, 0):
+            break
+        kept.append(line)
+    fences = sum(1 for line in kept if line.lstrip().startswith("```"))
+    body = "".join(kept)
+    return body + ("\n```" if fences % 2 else "")
+
+
+# --- review suggestions (rdjson) ---------------------------------------------------------
+
+
+def _diagnostics(bug: BugReport, report: SessionReport, repo_root: Path) -> list[dict[str, Any]]:
+    result, group = bug.result, bug.group
+    message = (f"kernelfix healed {group.id}: {_tests(bug)} pass with this change, verified "
+               "by rerunning them and the tests that passed before on a copy of the project."
+               f"\n\nThe error was: `{error_headline(group)}`")
+    out = []
+    for path in result.changed_files:
+        original = result.original[path]
+        for raw in hunks(original, result.final[path]):
+            hunk = line_based(raw, original)
+            span = {"start": {"line": hunk.start}, "end": {"line": hunk.end}}
+            out.append({
+                "message": redact(message),
+                "location": {"path": repo_path(report.rootdir / path, repo_root),
+                             "range": span},
+                "severity": "INFO",
+                "source": _SOURCE,
+                "code": {"value": group.id},
+                "suggestions": [{"range": span, "text": "\n".join(hunk.lines)}],
+            })
+    return out
+
+
+def rdjson(report: SessionReport, repo_root: Path) -> dict[str, Any]:
+    """The session's healed changes as one rdjson ``DiagnosticResult``."""
+    diagnostics: list[dict[str, Any]] = []
+    for bug in report.bugs:
+        if bug.result.status == HEALED:
+            diagnostics.extend(_diagnostics(bug, report, repo_root))
+    return {"source": dict(_SOURCE), "severity": "INFO", "diagnostics": diagnostics}
+
+
+def write_suggestions(report: SessionReport, environ: Mapping[str, str] | None = None) -> Path:
+    """Write ``suggestions.rdjson`` beside the patches (empty when nothing was healed)."""
+    path = report.report_dir / SUGGESTIONS_FILE
+    document = rdjson(report, repository_root(report.rootdir, environ))
+    write_atomic(path, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def publish(report: SessionReport, environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """In GitHub Actions: append the summary; return (annotation lines, notes)."""
+    if not in_github_actions(environ):
+        return [], []
+    notes: list[str] = []
+    summary = environ.get(SUMMARY_ENV, "").strip()
+    if summary:
+        markdown = (report.report_dir / "report.md").read_text(encoding="utf-8")
+        note = append_step_summary(markdown, Path(summary))
+        if note:
+            notes.append(note)
+    return annotation_lines(report, repository_root(report.rootdir, environ)), notes
+

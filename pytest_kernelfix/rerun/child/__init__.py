@@ -1,0 +1,4 @@
+"""The rerun child: the pytest plugin that runs in it and maps imports onto the sandbox.
+
+PYTEST_DONT_REWRITE
+"""

@@ -1,0 +1,258 @@
+"""The sensitivity rerun's two instruments: a poisoner and an observer.
+
+A heal must make the tests pass *because of* what the kernel computed. The experiment:
+rerun the failing tests with every project kernel's output replaced right after each
+launch; they must now fail. :class:`Poisoner` is the launch hook
+(:data:`pytest_kernelfix.capture.launches.LaunchHook`): before a launch of a kernel defined in
+the project (not in a test file, not in an installed package) it copies the bytes of
+every tensor argument's storage; after the launch it compares them bit for bit (NaN-safe)
+and overwrites each storage the launch changed, whole:
+
+- ``nan``: NaN for floating and complex storages, the type's extreme value for
+  integers (its minimum, or maximum when unsigned), booleans flipped;
+- ``scramble``: the written values permuted, scaled and shifted into other finite
+  values (integers shifted, booleans flipped), so that code cannot recognise poison by
+  its look: the NaN run catches post-processing that repairs bad values, the scramble
+  run catches code that only propagates them (``ref + 0 * out``).
+
+:class:`Observer` (a torch function mode, only in poisoned runs) counts the value checks
+the *test's own code* makes on non-empty tensors (comparisons, ``item``, ``tolist``,
+``numpy``...): a test that passes with poisoned output and checks no value does not
+check the kernel at all. In the NaN run it also measures how much poison the checked
+tensors carry, so a result only partly taken from the kernel shows.
+
+PYTEST_DONT_REWRITE: imported by the rerun agent before pytest collects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_kernelfix.capture.launches import python_function
+from pytest_kernelfix.rerun.probes.integrity import CodeSites, project_subclass
+
+#: Names of the torch functions and Tensor methods through which a test reads values.
+VALUE_READS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+    "__ge__", "isclose", "allclose", "equal", "item", "tolist", "numpy", "__array__",
+    "__bool__", "__float__", "__int__", "__index__", "__complex__", "isnan", "isinf",
+    "isfinite", "isposinf", "isneginf",
+})
+#: How much poison the checked tensors carried, least to most telling: one tensor that
+#: holds poison only in part (a result partly put in place after the launch) outweighs
+#: any number that hold it throughout.
+TAINT_ORDER = ("", "clean", "full", "partial")
+
+
+@contextlib.contextmanager
+def _untouchable() -> Iterator[None]:
+    """No torch function mode, subclass, dispatch mode or autograd sees our own work."""
+    import torch
+
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch(), torch.no_grad():
+        yield
+
+
+def _tensors(values: Any, depth: int = 0) -> Iterator[Any]:
+    """Tensors among launch arguments: plain, wrapped (``triton.reinterpret``, tensor
+    descriptors: their ``base``), or one level inside tuples and lists."""
+    import torch
+
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(getattr(value, "base", None), torch.Tensor):
+            yield value.base
+        elif isinstance(value, (tuple, list)) and depth == 0:
+            yield from _tensors(value, depth + 1)
+
+
+def storage_view(tensor: Any, dtype: Any = None) -> Any:
+    """A flat tensor over the whole storage behind ``tensor`` (bytes, or ``dtype``)."""
+    import torch
+
+    storage = tensor.untyped_storage()
+    dtype = dtype or torch.uint8
+    size = storage.nbytes() // torch.empty((), dtype=dtype).element_size()
+    return torch.empty(0, dtype=dtype, device=storage.device).set_(storage, 0, (size,), (1,))
+
+
+def sentinel(dtype: Any) -> Any:
+    """The value integer poison uses: the type's minimum, or maximum when unsigned."""
+    import torch
+
+    info = torch.iinfo(dtype)
+    return info.min if info.min < 0 else info.max
+
+
+def poison_nan(view: Any) -> None:
+    import torch
+
+    if view.dtype == torch.bool:
+        view.logical_not_()
+    elif view.is_complex():
+        view.fill_(complex(float("nan"), float("nan")))
+    elif view.is_floating_point():
+        view.fill_(float("nan"))
+    else:
+        view.fill_(sentinel(view.dtype))
+
+
+def poison_scramble(view: Any, generator: Any) -> None:
+    """Other finite values of the same kind: permuted, scaled by 1.5-2.5, shifted by more
+    than the largest magnitude (integers: permuted and shifted by 1-7)."""
+    import torch
+
+    count = view.numel()
+    if count == 0:
+        return
+    if view.dtype == torch.bool:
+        view.logical_not_()
+        return
+    order = torch.randperm(count, generator=generator).to(view.device)
+    draws = torch.rand(3, generator=generator, dtype=torch.float64).tolist()
+    if view.is_floating_point() or view.is_complex():
+        wide = view.to(torch.complex128 if view.is_complex() else torch.float64)
+        finite = wide[torch.isfinite(wide)]
+        span = float(finite.abs().max()) + 1.0 if finite.numel() else 1.0
+        shift = span * (0.5 + 0.5 * draws[1]) * (1.0 if draws[2] < 0.5 else -1.0)
+        view.copy_(wide[order] * (1.5 + draws[0]) + shift)
+    else:
+        view.copy_(view.to(torch.int64)[order] + 1 + int(draws[0] * 7))
+
+
+class Poisoner:
+    """The launch hook of a sensitivity rerun; counts per test (see :meth:`reset`)."""
+
+    def __init__(self, mode: str, sites: CodeSites, seed: int = 0) -> None:
+        self.mode = mode
+        self.sites = sites
+        self.active = False
+        self.launches = 0
+        self.poisoned = 0
+        self.errors: list[str] = []
+        self._seed = seed
+        self._project: dict[int, bool] = {}
+
+    def reset(self) -> None:
+        self.launches = 0
+        self.poisoned = 0
+
+    def is_project_kernel(self, kernel: Any) -> bool:
+        known = self._project.get(id(kernel))
+        if known is None:
+            fn = python_function(kernel)
+            known = fn is not None and self.sites.kind(fn.__code__.co_filename) == "project"
+            self._project[id(kernel)] = known
+        return known
+
+    def __call__(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                 ) -> Callable[[], None] | None:
+        if not self.active or not self.is_project_kernel(kernel):
+            return None
+        self.launches += 1
+        try:
+            with _untouchable():
+                before = self._snapshot((*args, *kwargs.values()))
+        except Exception as error:  # never break the launch itself
+            self.errors.append(f"snapshot failed: {type(error).__name__}: {error}")
+            return None
+        return (lambda: self._after(before)) if before else None
+
+    def _snapshot(self, values: tuple[Any, ...]) -> list[tuple[Any, Any, Any]]:
+        taken: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+        for tensor in _tensors(values):
+            storage = tensor.untyped_storage()
+            key = (str(storage.device), storage.data_ptr())
+            if key in taken or storage.nbytes() == 0:
+                continue
+            raw = storage_view(tensor)
+            taken[key] = (tensor, raw, raw.clone())
+        return list(taken.values())
+
+    def _after(self, before: list[tuple[Any, Any, Any]]) -> None:
+        import torch
+
+        try:
+            with _untouchable():
+                for tensor, raw, copy in before:
+                    if torch.equal(raw, copy):
+                        continue
+                    view = storage_view(tensor, tensor.dtype)
+                    if self.mode == "nan":
+                        poison_nan(view)
+                    else:
+                        self._seed += 1
+                        poison_scramble(view, torch.Generator().manual_seed(self._seed))
+                    self.poisoned += 1
+        except Exception as error:
+            self.errors.append(f"poisoning failed: {type(error).__name__}: {error}")
+
+
+def _taint(tensor: Any) -> str:
+    """How much NaN / integer poison one checked tensor carries."""
+    import torch
+
+    if tensor.dtype == torch.bool:
+        return ""  # a flipped boolean looks like any other
+    if tensor.is_floating_point() or tensor.is_complex():
+        bad = int(torch.isnan(tensor).sum())
+    else:
+        bad = int((tensor == sentinel(tensor.dtype)).sum())
+    if bad == 0:
+        return "clean"
+    return "full" if bad == tensor.numel() else "partial"
+
+
+def make_observer(sites: CodeSites, *, taint: bool) -> Any:
+    """A torch function mode that watches the test's value checks (see the module doc)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Observer(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reset()
+
+        def reset(self) -> None:
+            self.checks = 0
+            self.taint = ""
+            self.foreign: set[str] = set()
+
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") in VALUE_READS:
+                with contextlib.suppress(Exception):  # watching must never break the test
+                    self._observe((*args, *kwargs.values()), sys._getframe(1))
+            return func(*args, **kwargs)
+
+        def _observe(self, values: tuple[Any, ...], frame: Any) -> None:
+            tensors = list(_tensors(values))
+            for tensor in tensors:
+                if type(tensor) is not torch.Tensor:
+                    finding = project_subclass(tensor, sites)
+                    if finding:
+                        self.foreign.add(finding)
+            if sites.caller(frame)[0] != "test":
+                return
+            with _untouchable():
+                present = [t for t in tensors if t.numel() > 0]
+                if not present:
+                    return
+                self.checks += 1
+                if taint:
+                    worst = max((_taint(t) for t in present), key=TAINT_ORDER.index)
+                    self.taint = max(self.taint, worst, key=TAINT_ORDER.index)
+
+    return Observer()
+
+
+def remove_mode(mode: Any) -> None:
+    """Pop ``mode`` from torch's function-mode stack even when others were pushed after it."""
+    from pytest_kernelfix.shim.cuda import _remove_mode
+
+    _remove_mode(mode)

@@ -1,0 +1,287 @@
+"""The plugin object registered where reports arrive: a plain session or the xdist
+controller, never a worker.
+
+It collects the failed tests that ``kernelfix_select`` chooses (the ``kernel`` marker
+by default) and the passing ones from the reports' records, heals after the run
+(:func:`pytest_kernelfix.session.pipeline.run_healing`), and prints the summary. A test that
+crashes an xdist worker is a failure to heal too (rerun alone in the sandbox first). It
+never changes a test outcome or the exit status.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_kernelfix.capture.plugin import WORKER_NOTES
+from pytest_kernelfix.capture.records import (
+    REPORT_ATTR,
+    Failure,
+    PassedTest,
+    Selection,
+    crash_failure,
+    read_record,
+)
+from pytest_kernelfix.config import Settings
+from pytest_kernelfix.device import is_xdist_controller
+from pytest_kernelfix.project import Project
+
+if TYPE_CHECKING:
+    from pytest_kernelfix.fixers.base import Fixer
+    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.rerun.launcher import RerunSetup
+    from pytest_kernelfix.session.pipeline import SessionInputs
+
+
+def session_project(config: pytest.Config, settings: Settings) -> Project:
+    """The project as this session's configuration defines it."""
+    return Project(settings.rootdir, tuple(config.getini("python_files")), settings.paths)
+
+
+def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> RerunSetup:
+    """What every rerun of this session shares."""
+    from pytest_kernelfix.rerun.launcher import RerunSetup, carried_args
+    from pytest_kernelfix.rerun.plan import device_plan
+
+    cache_dir = settings.cache_root
+    env = {}
+    if device == "cuda":  # candidates share compiled kernels; never the user's ~/.triton
+        env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
+    return RerunSetup(
+        original_root=settings.rootdir,
+        timeout=settings.timeout,
+        device=device_plan(device=device, cuda_shim=settings.cuda_shim,
+                           target=settings.target, cache_dir=cache_dir),
+        addopts=tuple(config.getini("addopts")),
+        inifile=config.inipath,
+        extra_args=carried_args(config.invocation_params.args),
+        env=env,
+        mode=settings.rerun,
+    )
+
+
+def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
+    """The configured fixer behind the ``pytest_kernelfix_propose`` hook."""
+    from pytest_kernelfix.fixers.base import FixerError
+    from pytest_kernelfix.fixers.hook import HookFixer, UnavailableFixer
+
+    try:
+        from pytest_kernelfix.fixers.factory import build_fixer
+
+        configured: Fixer = build_fixer(
+            settings.model,
+            api_base=settings.api_base or None,
+            timeout=settings.llm_timeout,
+            num_retries=settings.llm_retries,
+            prompts_dir=settings.prompts_dir,
+            record=settings.record,
+            cache_dir=None if settings.no_cache else settings.cache_root,
+        )
+    except (ValueError, OSError, FixerError) as error:
+        configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
+
+    lock = threading.Lock()
+
+    def ask(request: Any) -> Any:
+        with lock:  # bugs heal in threads; a conftest hook need not be thread-safe
+            return config.hook.pytest_kernelfix_propose(request=request, config=config)
+
+    return HookFixer(ask, configured)
+
+
+#: Shown when healing runs without xdist, where a crashing kernel ends the session.
+CRASH_HINT = (
+    "kernelfix: a kernel that crashes the test process (a segfault) ends this session "
+    "before it can be healed; run under pytest-xdist (-n 1, or -p xdist -n 1) to heal "
+    "crashes too"
+)
+
+
+class HealingController:
+    """Collects failures and passes, heals once the run is over, prints the summary."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, device: str,
+                 notes: list[str] | None = None) -> None:
+        self.config = config
+        self.settings = settings
+        self.device = device
+        self.failures: list[Failure] = []
+        self.passed: list[PassedTest] = []
+        self.notes: list[str] = notes if notes is not None else []
+        self.report: SessionReport | None = None
+        self.error = ""
+        self._progress_shown = False
+        self.selection = Selection.of(settings.select)
+        self.project = session_project(config, settings)
+        self.marked: set[str] = set()
+        self._warmed = False
+        self.annotations: list[str] = []  # GitHub workflow commands, printed in the summary
+        self.ci_notes: list[str] = []  # about the CI outputs, written after the report
+        xmlpath = getattr(config.option, "xmlpath", None)
+        if xmlpath:
+            from pytest_kernelfix.report.junit import JUnitProperties
+
+            config.pluginmanager.register(JUnitProperties(
+                xmlpath, str(getattr(config.option, "junitprefix", None) or ""),
+                lambda: self.report, self.ci_notes.append), "kernelfix-junit")
+
+    @functools.cached_property
+    def setup(self) -> RerunSetup:
+        """How this session reruns tests: built once, for the early server start and for
+        healing alike."""
+        return rerun_setup(self.config, self.settings, self.device)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = getattr(report, REPORT_ATTR, None)
+        if not isinstance(record, dict):
+            return
+        if report.when == "setup":
+            if record.get("kernel"):
+                self.marked.add(report.nodeid)
+            return
+        if report.when != "call":
+            return
+        captured = read_record(report.nodeid, record, report.longreprtext)
+        if isinstance(captured, Failure):
+            if report.failed and self.selection.selects(
+                    captured.nodeid, captured.marked, captured.launches, self.project):
+                self.failures.append(captured)
+                if len(self.failures) == 1:
+                    self._warm_reruns()
+        elif report.passed:
+            self.passed.append(captured)
+
+    def _warm_reruns(self) -> None:
+        """Start the rerun server at the first failure: its imports overlap the rest of
+        the test run instead of delaying the first rerun."""
+        from pytest_kernelfix.rerun.launcher import prestart
+
+        try:
+            prestart(self.setup)
+            self._warmed = True
+        except Exception:  # healing starts the server (or runs subprocesses) by itself
+            return
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        """An xdist worker died running ``crashitem`` (a segfault in a kernel): heal it.
+
+        Returns None, so xdist and other plugins still decide what to do with the report.
+        """
+        marked = crashitem in self.marked
+        if self.selection.may_select_crash(crashitem, marked):
+            message = str(getattr(report, "longreprtext", "") or report.longrepr or "")
+            self.failures.append(crash_failure(crashitem, self.settings.rootdir,
+                                               message or f"{crashitem} crashed its worker",
+                                               marked=marked))
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        """Without xdist a crash ends the session; say how to heal crashes."""
+        if is_xdist_controller(config):  # the rule that placed the capture plugin
+            return []
+        return [CRASH_HINT]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """An xdist worker finished: keep its notes (once each)."""
+        for note in getattr(node, "workeroutput", {}).get(WORKER_NOTES, ()):
+            if note not in self.notes:
+                self.notes.append(str(note))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        try:
+            self._heal_at_end(exitstatus)
+        finally:
+            if self._warmed:
+                from pytest_kernelfix.rerun.launcher import close_servers
+
+                close_servers()
+
+    def _heal_at_end(self, exitstatus: int) -> None:
+        if not self.failures:
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.notes.append("the session was interrupted: nothing was healed")
+            return
+        try:
+            self.report = self.heal()
+        except KeyboardInterrupt:  # Ctrl-C while healing: stop here, end the session as usual
+            self.notes.append("healing was interrupted: nothing more was healed or written")
+        except Exception as error:  # the session must never crash because of a heal
+            from pytest_kernelfix.redact import redact
+
+            self.error = redact(
+                f"healing stopped by an internal error: {type(error).__name__}: {error}")
+            return
+        self.publish_to_github()
+
+    def publish_to_github(self) -> None:
+        """In GitHub Actions: the step summary now, the annotations with the summary."""
+        from pytest_kernelfix.report.github import publish
+
+        if self.report is None:
+            return
+        try:
+            self.annotations, notes = publish(self.report, os.environ)
+        except Exception as error:  # like healing, never a crash at session end
+            notes = [f"GitHub outputs not written: {type(error).__name__}: {error}"]
+        self.ci_notes.extend(notes)
+
+    def inputs(self) -> SessionInputs:
+        """The session's failures, passes and notes, and how reruns are made."""
+        from pytest_kernelfix.session.pipeline import SessionInputs
+
+        return SessionInputs(
+            failures=tuple(self.failures),
+            passed=tuple(self.passed),
+            settings=self.settings,
+            setup=self.setup,
+            project=self.project,
+            notes=tuple(self.notes),
+        )
+
+    def heal(self) -> SessionReport:
+        from pytest_kernelfix.heal.guards import build_guard
+        from pytest_kernelfix.session.pipeline import Stages, run_healing
+
+        inputs = self.inputs()
+        stages = Stages(fixer=session_fixer(self.config, self.settings),
+                        guard=build_guard(inputs.project), progress=self._progress)
+        return run_healing(inputs, stages)
+
+    def _progress(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        if not self._progress_shown:  # lines come one at a time (workflow's lock)
+            self._progress_shown = True
+            reporter.write_line("")  # end the line of progress dots, even under -q
+            reporter.write_sep("-", "kernelfix: healing")
+        reporter.write_line(f"kernelfix: {line}")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_kernelfix.report.artifacts import summary_lines
+
+        if not (self.failures or self.error or self.notes):
+            if self.config.get_verbosity() > 0:
+                terminalreporter.write_sep("-", "kernelfix: no failing kernel tests")
+            return
+        terminalreporter.section("kernelfix")
+        if self.report is not None:
+            json_path = self.settings.report_dir / "report.json"
+            for line in summary_lines(self.report, json_path):
+                terminalreporter.write_line(line)
+        else:
+            for note in self.notes:
+                terminalreporter.write_line(f"note: {note}")
+        if self.error:
+            terminalreporter.write_line(self.error, red=True)
+        for note in self.ci_notes:
+            terminalreporter.write_line(f"note: {note}")
+        for line in self.annotations:  # GitHub reads workflow commands from the log
+            terminalreporter.write_line(line)

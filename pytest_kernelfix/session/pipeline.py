@@ -1,0 +1,409 @@
+"""From captured failures to written artifacts: one healing session, start to end.
+
+A pipeline of plain stages: group the failures into bugs, heal each bug in a sandbox (a
+baseline rerun first: :meth:`Verifier.triage` skips what is not the kernel's to heal),
+then write patches and reports, and with ``--kernelfix-apply`` the healed files. Bugs
+whose files do not overlap heal at the same time on up to ``--kernelfix-workers``
+threads, each with its own sandbox (:mod:`pytest_kernelfix.session.schedule`); the report keeps
+the grouping order. Knows no pytest hooks: the controller hands it plain data
+(:class:`SessionInputs`) and the parts a caller may swap (:class:`Stages`: the fixer,
+the guard, the rerun runner, the sandbox factory), so the whole session runs in a unit
+test with a fake runner.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from filelock import FileLock
+
+from pytest_kernelfix.capture.errors import clean_log
+from pytest_kernelfix.capture.records import Failure, PassedTest, Selection
+from pytest_kernelfix.config import Settings
+from pytest_kernelfix.fixers.base import Fixer, ProposalRequest
+from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
+from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
+from pytest_kernelfix.locate.context import build_context
+from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
+from pytest_kernelfix.locate.need import NeedResolver
+from pytest_kernelfix.locate.reach import Reach
+from pytest_kernelfix.project import Project
+from pytest_kernelfix.report.artifacts import BugReport, SessionReport, write_patches, write_reports
+from pytest_kernelfix.report.github import write_suggestions
+from pytest_kernelfix.report.writeback import StaleFileError, write_back
+from pytest_kernelfix.rerun.launcher import (
+    RerunResult,
+    RerunSetup,
+    RerunSpec,
+    RerunStats,
+    close_servers,
+    prestart,
+    run_tests,
+)
+from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.session.crashes import reproduce_crashes
+from pytest_kernelfix.session.schedule import chains, visible_gpus, worker_count, worker_env
+from pytest_kernelfix.verify.verifier import Runner, Verifier
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SessionInputs:
+    """What the test run left for healing, and how reruns must be made.
+
+    ``notes`` are the session's own remarks, written into ``report.json`` and
+    ``report.md`` as well as shown on the terminal.
+    """
+
+    failures: tuple[Failure, ...]
+    passed: tuple[PassedTest, ...]
+    settings: Settings
+    setup: RerunSetup
+    project: Project
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def device(self) -> str:
+        """The resolved device, ``cuda`` or ``interpret`` (decided once, in the setup)."""
+        return self.setup.device.mode
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The parts of a session a caller chooses: who proposes, what is refused statically,
+    how tests are rerun, and where progress lines go."""
+
+    fixer: Fixer
+    guard: Guard | None = None
+    runner: Runner = run_tests
+    progress: Progress = lambda line: None
+
+
+#: What every candidate that passes its rerun goes through, whatever the device.
+INTEGRITY_CHECKS = (
+    "The assertion helpers, torch, numpy and the names the tests imported must be the "
+    "originals while the tests run (no patching, torch modes, Tensor subclasses or "
+    "torch.library overrides).",
+    "The failing tests are then rerun with every project kernel's output replaced (by NaN, "
+    "then by scrambled values) right after each launch: they must fail, which proves that "
+    "the result comes from the kernel.",
+)
+
+
+def checks_for(device: DevicePlan) -> tuple[str, ...]:
+    """How candidates are verified, in words a prompt can pass on to the model."""
+    if not device.interpret:
+        return ("The failing tests and the tests that passed before are rerun on a CUDA GPU.",
+                *INTEGRITY_CHECKS)
+    checks = [
+        "The failing tests and the tests that passed before are rerun on the Triton "
+        "interpreter (TRITON_INTERPRET=1) on CPU; it cannot see GPU-only problems such as "
+        "races, shared-memory limits, tl.dot shape limits or unsupported constructs."
+    ]
+    if device.gate:
+        checks.append("Each launched kernel is then compiled for a real GPU target; "
+                      "compile errors reject the fix.")
+    return (*checks, *INTEGRITY_CHECKS)
+
+
+NO_EDITABLE_SOURCE = (
+    "no editable source: the failure is not in project code (it is in a test, a conftest "
+    "or an installed package), or its files are symlinks, binary, over 256 KiB or outside "
+    "kernelfix_paths"
+)
+
+
+def read_originals(root: Path, paths: Sequence[str]) -> dict[str, str]:
+    """The exact text of each file (newlines untouched, so CRLF files stay CRLF)."""
+    return {path: (root / path).read_bytes().decode("utf-8") for path in paths}
+
+
+def _skipped(group: BugGroup, reason: str) -> HealResult:
+    return HealResult(group_id=group.id, status=SKIPPED, reason=reason)
+
+
+class _Counted:
+    """A runner that keeps what one bug's reruns cost and how they ran."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.stats = RerunStats()
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        result = self.runner(spec)
+        self.stats = self.stats.add(result)
+        return result
+
+
+@dataclass
+class _Session:
+    """The mutable state of one healing run, shared by its workers."""
+
+    inputs: SessionInputs
+    stages: Stages
+    groups: list[BugGroup]
+    exclude: list[str]
+    workers: int
+    gpus: tuple[str, ...]
+    reach: Reach
+    budget: Budget
+    results: dict[int, HealResult] = field(default_factory=dict)
+    reruns: dict[int, RerunStats] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def say(self, group: BugGroup, line: str, *, first: bool = False) -> None:
+        """A progress line; with several workers each names its bug."""
+        if not first:
+            line = f"{group.id}: {line}" if self.workers > 1 else f"  {line}"
+        with self.lock:
+            self.stages.progress(line)
+
+    def heal_chain(self, chain: Sequence[int], sandbox: Sandbox | None, worker: int) -> (
+        Sandbox | None
+    ):
+        """Heal a chain of bugs in order in one sandbox (made on first need)."""
+        stages = self.stages
+        inputs = self.inputs
+        pinned = worker_env(worker, self.gpus, self.workers)
+        if pinned:
+            setup = replace(inputs.setup, env={**inputs.setup.env, **pinned})
+            inputs = replace(inputs, setup=setup)
+        for index in chain:
+            group = self.groups[index]
+            spent = self.budget.exhausted()
+            if spent:
+                self.results[index] = _skipped(group, spent)
+                continue
+            self.say(group, f"healing {group.id} ({len(group.nodeids)} test(s); "
+                            f"{', '.join(group.editable) or 'no editable file'})", first=True)
+            if not group.editable:
+                result = _skipped(group, NO_EDITABLE_SOURCE)
+            else:
+                sandbox = sandbox or Sandbox.create(inputs.project.root, exclude=self.exclude)
+                counted = _Counted(stages.runner)
+
+                def progress(line: str, group: BugGroup = group) -> None:
+                    self.say(group, line.strip())
+
+                result = heal_bug(group, inputs, sandbox,
+                                  replace(stages, runner=counted, progress=progress), self.reach)
+                self.reruns[index] = counted.stats
+            self.say(group, f"{result.status}: {result.reason}")
+            self.results[index] = result
+        return sandbox
+
+
+def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
+    """Heal every bug of the session; write patches, reports and (apply mode) files."""
+    started = time.monotonic()
+    settings = inputs.settings
+    project = inputs.project
+    reach = Reach(project)
+    exclude = list(settings.sandbox_exclude)
+    for folder in (settings.report_dir, settings.cache_root):
+        if folder.is_relative_to(project.root):
+            exclude.append(folder.relative_to(project.root).as_posix())
+    budget = Budget(settings.max_cost, settings.max_tokens)
+    stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
+    warm = stages.runner is run_tests and bool(inputs.failures)
+    if warm:
+        prestart(inputs.setup)  # the server's imports overlap context building and fixers
+    try:
+        if any(failure.crashed for failure in inputs.failures):
+            inputs = _reproduce_crashes(inputs, stages, exclude)
+        groups = group_failures(inputs.failures, project, reach)
+        healable = groups[:settings.max_groups]
+        lanes = chains(healable)
+        gpus = visible_gpus() if inputs.device == "cuda" else ()
+        workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
+        session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
+        for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
+            session.results[index] = _skipped(
+                group, f"over the limit of {settings.max_groups} bugs per session "
+                       "(--kernelfix-max-groups)")
+        if workers == 1:
+            _heal_in_order([i for lane in lanes for i in lane], session)
+        else:
+            _heal_in_parallel(lanes, session)
+    finally:
+        if warm:
+            close_servers()
+    results = [(group, session.results[index]) for index, group in enumerate(groups)]
+    return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
+                  workers=workers)
+
+
+def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (
+    SessionInputs
+):
+    """Rerun the tests that crashed their xdist worker alone in a sandbox, so that what
+    they launched before the crash is known when the failures are grouped."""
+    stages.progress("rerunning the tests that crashed their worker, alone in the sandbox")
+    with Sandbox.create(inputs.project.root, exclude=exclude) as sandbox:
+        failures, notes = reproduce_crashes(inputs.failures, inputs.setup, sandbox.root,
+                                            stages.runner, inputs.project,
+                                            Selection.of(inputs.settings.select))
+    return replace(inputs, failures=failures, notes=inputs.notes + notes)
+
+
+def _heal_in_order(order: Sequence[int], session: _Session) -> None:
+    """One worker: every bug in grouping order, in one sandbox."""
+    sandbox = None
+    try:
+        sandbox = session.heal_chain(sorted(order), None, 0)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+
+
+def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None:
+    """``session.workers`` threads take chains from a queue, each with its own sandbox;
+    the first error of any worker is raised once all have stopped."""
+    pending = list(lanes)
+    taken = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        sandbox: Sandbox | None = None
+        try:
+            while not errors:
+                with taken:
+                    if not pending:
+                        return
+                    chain = pending.pop(0)
+                sandbox = session.heal_chain(chain, sandbox, worker)
+        except BaseException as error:  # handed to the caller's thread below
+            errors.append(error)
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+
+    threads = [threading.Thread(target=work, args=(worker,), name=f"kernelfix-worker-{worker}",
+                                daemon=True) for worker in range(session.workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
+             reach: Reach) -> HealResult:
+    """One bug: baseline and triage, then the round loop, in the given sandbox."""
+    project = inputs.project
+    try:
+        originals = read_originals(project.root, group.editable)
+    except (OSError, UnicodeDecodeError) as error:
+        return _skipped(group, f"cannot read the editable source: {error}")
+    context = build_context(group, project, device=inputs.device,
+                            checks=checks_for(inputs.setup.device))
+    verifier = Verifier(
+        sandbox,
+        inputs.setup,
+        group.nodeids,
+        regression_nodeids(group, inputs.passed, project, reach),
+        launched=[f.nodeid for f in group.failures if f.launches],
+        protected=project.protected_files(f.test_path for f in group.failures),
+        runner=stages.runner,
+    )
+    try:
+        why_not = verifier.triage(verifier.baseline(originals), group.first)
+        if why_not:
+            return _skipped(group, why_not)
+
+        def on_round(record: RoundRecord) -> None:
+            edits = ", ".join(e.level for e in record.edits) or "no edits"
+            stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
+
+        roots = (*project.roots, str(sandbox.root))
+
+        def tidy(text: str) -> str:
+            return clean_log(text, roots)
+
+        return heal(
+            context, originals, fixer=stages.fixer, verify=verifier,
+            rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
+            resolve_need=NeedResolver(project, reach), tidy=tidy,
+            prompt_size=lambda request: first_prompt_chars(request, inputs.settings),
+        )
+    finally:
+        verifier.restore()
+
+
+def first_prompt_chars(request: ProposalRequest, settings: Settings) -> int:
+    """The size of the prompt a model would get for ``request`` (0 if it cannot render)."""
+    from pytest_kernelfix.fixers.prompting import PromptError, prompt_chars
+
+    try:
+        return prompt_chars(request, prompts_dir=settings.prompts_dir)
+    except PromptError:
+        return 0
+
+
+def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult) -> (
+    tuple[tuple[str, ...], str]
+):
+    changes = {
+        path: (result.original[path], result.final[path]) for path in result.changed_files
+    }
+    expected: dict[str, str] = {}
+    for failure in group.failures:
+        for path, digest in failure.hashes:
+            if os.path.isfile(path) and project.contains(path):
+                expected.setdefault(project.relative(path), digest)
+    try:
+        done = write_back(
+            project.root, changes, expected=expected,
+            backup_dir=report_dir / "backup" / group.id, lock_dir=report_dir / "locks",
+        )
+    except (StaleFileError, OSError) as error:
+        return (), str(error)
+    return done.written, ""
+
+
+def finish(
+    inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float,
+    *, reruns: Mapping[int, RerunStats], workers: int,
+) -> SessionReport:
+    """Write patches and reports (and, in apply mode, the healed files); the report.
+
+    ``reruns`` holds each bug's rerun statistics by its index in ``results``.
+    """
+    settings = inputs.settings
+    report_dir = settings.report_dir
+    report_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(report_dir / ".report.lock"), timeout=120):
+        patches = write_patches(results, report_dir)
+        bugs = []
+        for index, (group, result) in enumerate(results):
+            applied: tuple[str, ...] = ()
+            error = ""
+            if settings.apply and result.status == HEALED and result.changed_files:
+                applied, error = _apply(report_dir, inputs.project, group, result)
+            bugs.append(BugReport(group, result, patches.get(group.id, ""), applied, error,
+                                  reruns.get(index, RerunStats())))
+        report = SessionReport(
+            bugs=tuple(bugs),
+            rootdir=inputs.project.root,
+            report_dir=report_dir,
+            mode="apply" if settings.apply else "report",
+            device=inputs.device,
+            model=settings.model,
+            seconds=seconds,
+            notes=inputs.notes,
+            workers=workers,
+            max_cost=settings.max_cost,
+            max_tokens=settings.max_tokens,
+        )
+        write_reports(report)
+        write_suggestions(report)
+    return report

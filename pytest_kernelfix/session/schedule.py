@@ -1,0 +1,83 @@
+"""Which bugs heal at the same time, and on how many workers.
+
+Bugs that share an editable file, directly or through another bug, form one *chain*
+healed in grouping order by one worker (their candidates would touch the same file);
+chains share no file and heal in parallel, each worker in its own sandbox. The default
+number of workers is one per visible GPU on a GPU (each worker's reruns pinned to its own
+GPU through ``CUDA_VISIBLE_DEVICES``), else half the cores: a rerun on the interpreter
+keeps one core busy, and the session needs some too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from pytest_kernelfix.locate.grouping import BugGroup
+
+
+def chains(groups: Sequence[BugGroup]) -> list[list[int]]:
+    """Indices into ``groups``, one list per chain, each in grouping order; chains are
+    ordered by their first bug."""
+    parent = list(range(len(groups)))
+
+    def find(index: int) -> int:
+        while parent[index] != index:
+            parent[index] = parent[parent[index]]
+            index = parent[index]
+        return index
+
+    owner: dict[str, int] = {}
+    for index, group in enumerate(groups):
+        for path in group.editable:
+            if path in owner:
+                parent[find(index)] = find(owner[path])
+            else:
+                owner[path] = index
+    found: dict[int, list[int]] = {}
+    for index in range(len(groups)):
+        found.setdefault(find(index), []).append(index)
+    return sorted(found.values(), key=lambda chain: chain[0])
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The GPUs the session sees, as ``CUDA_VISIBLE_DEVICES`` entries for its workers.
+
+    ``CUDA_VISIBLE_DEVICES`` when set (indices or UUIDs); else torch's device count,
+    which asks NVML and creates no CUDA context. Empty without a GPU or torch.
+    """
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return tuple(entry.strip() for entry in listed.split(",") if entry.strip())
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return ()
+    try:
+        count = int(torch.cuda.device_count())
+    except Exception:  # a broken driver counts as no GPU: one worker
+        return ()
+    return tuple(str(index) for index in range(count))
+
+
+def worker_count(setting: int, device: str, gpus: Sequence[str] = ()) -> int:
+    """``setting`` when given (> 0), else the default for the device."""
+    if setting > 0:
+        return setting
+    if device == "cuda":
+        return max(1, len(gpus))
+    return max(1, cpu_count() // 2)
+
+
+def worker_env(worker: int, gpus: Sequence[str], workers: int) -> dict[str, str]:
+    """The rerun environment of worker ``worker``: its own GPU when several share them."""
+    if workers < 2 or not gpus:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": gpus[worker % len(gpus)]}
