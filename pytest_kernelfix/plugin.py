@@ -26,6 +26,7 @@ from pytest_kernelfix.target import capability_of
 
 if TYPE_CHECKING:  # quoted below: the plugin objects' modules load only when healing
     from pytest_kernelfix.capture.plugin import CapturePlugin  # noqa: F401
+    from pytest_kernelfix.report.junit import JUnitProperties  # noqa: F401
     from pytest_kernelfix.session.controller import HealingController  # noqa: F401
 
 MARKER = (
@@ -35,6 +36,7 @@ MARKER = (
 device_key = pytest.StashKey[str]()
 capture_key = pytest.StashKey["CapturePlugin"]()
 controller_key = pytest.StashKey["HealingController"]()
+junit_key = pytest.StashKey["JUnitProperties"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -126,9 +128,22 @@ def pytest_configure(config: pytest.Config) -> None:
         controller = HealingController(config, settings, device, notes)
         config.stash[controller_key] = controller
         config.pluginmanager.register(controller, "kernelfix-controller")
+        xmlpath = getattr(config.option, "xmlpath", None)
+        if xmlpath:  # junitxml writes where reports arrive; our properties follow it
+            from pytest_kernelfix.report.junit import JUnitProperties
+
+            prefix = str(getattr(config.option, "junitprefix", None) or "")
+            junit = JUnitProperties(xmlpath, prefix, controller.ci_notes.append)
+            config.stash[junit_key] = junit
+            config.pluginmanager.register(junit, "kernelfix-junit")
+            controller.sinks = (junit,)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    junit = config.stash.get(junit_key, None)
+    if junit is not None:
+        config.pluginmanager.unregister(junit)
+        del config.stash[junit_key]
     controller = config.stash.get(controller_key, None)
     if controller is not None:
         config.pluginmanager.unregister(controller)

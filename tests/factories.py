@@ -25,6 +25,19 @@ def make_settings(root: Path, **changes: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+def make_group(root: Path, *nodeids: str, launched: bool = True) -> BugGroup:
+    """A bug whose failing tests are ``nodeids`` (their files under ``root``), each having
+    launched ``gelu_kernel`` when ``launched``."""
+    launches = (KernelLaunch("gelu_kernel", str(root / "kernels" / "gelu.py"), 4),)
+    failures = tuple(
+        Failure(nodeid, str(root / nodeid.split("::")[0]),
+                ErrorInfo("AssertionError", "Tensor-likes are not close!"), "longrepr",
+                launches if launched else ())
+        for nodeid in nodeids)
+    return BugGroup("gelu_kernel-assertionerror-abc123", "gelu_kernel", "sig",
+                    ("kernels/gelu.py",), failures)
+
+
 def make_bug_report(root: Path, name: str, original: str, final: str, status: str) -> BugReport:
     """Bug ``<name>_kernel-assertionerror-abc123``: one test under ``root/tests`` failing,
     ``kernels/<name>.py`` launched (its line 4) and editable; healed means ``final``."""

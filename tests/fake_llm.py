@@ -5,10 +5,8 @@ letting litellm (and the ``openai`` client under it) talk to this server. A test
 what the next requests get (an answer, an HTTP error, a delay, a broken body) and
 afterwards reads the request bodies it received, so it can assert on the prompts.
 
-Use the :func:`fake_llm` fixture (``pytest_plugins = ("fake_llm",)`` in a test module),
-or :class:`FakeLLM` as a context manager. The module holds no assertions, so it opts out
-of assertion rewriting (PYTEST_DONT_REWRITE) and tests may import it before pytest
-registers it as a plugin.
+Use the ``fake_llm`` fixture (``tests/conftest.py``), or :class:`FakeLLM` as a context
+manager. The module holds no assertions (PYTEST_DONT_REWRITE).
 """
 
 from __future__ import annotations
@@ -19,12 +17,10 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-import pytest
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.fixers.base import Attempt, ProposalRequest
@@ -223,13 +219,6 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLM]:
-    """A started :class:`FakeLLM`, closed after the test."""
-    with FakeLLM() as fake:
-        yield fake
 
 
 # --- a realistic request to send ------------------------------------------------------

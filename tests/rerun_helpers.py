@@ -1,16 +1,13 @@
 """Helpers for tests that run real reruns: a project on disk, its sandbox, a spec.
 
-Use the :func:`sandboxed` fixture with ``pytest_plugins = ("rerun_helpers",)`` in a test
-module. The module holds no assertions (PYTEST_DONT_REWRITE).
+With the ``sandboxed`` and ``reruns`` fixtures of ``tests/conftest.py``. The module holds
+no assertions (PYTEST_DONT_REWRITE).
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
@@ -35,15 +32,6 @@ def spec_for(
 ) -> RerunSpec:
     return RerunSpec(RerunSetup(sandbox.source, timeout, device, **setup),  # type: ignore[arg-type]
                      sandbox.root, tuple(nodeids))
-
-
-@pytest.fixture
-def sandboxed(tmp_path: Path) -> Iterator[tuple[Path, list[Sandbox]]]:
-    """A project directory and a list that sandboxes are closed from afterwards."""
-    sandboxes: list[Sandbox] = []
-    yield tmp_path / "proj", sandboxes
-    for sandbox in sandboxes:
-        sandbox.close()
 
 
 def make_sandbox(root: Path, sandboxes: list[Sandbox], files: dict[str, str]) -> Sandbox:

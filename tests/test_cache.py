@@ -29,8 +29,6 @@ from pytest_kernelfix.fixers.cache import (
 from pytest_kernelfix.locate.context import SourceFile
 from pytest_kernelfix.session.controller import session_fixer
 
-pytest_plugins = ("fake_llm",)
-
 IDENTITY = {"model": "openai/m", "api_base": "", "prompts": "p", "plugin": "0"}
 GOOD = answer("y = 0.5 * x * (1.0 + tl.tanh(u))", "y = x", file="kernels/gelu.py")
 

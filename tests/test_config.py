@@ -10,8 +10,6 @@ import pytest
 
 from pytest_kernelfix.config import OPTIONS, resolve_device
 
-pytest_plugins = "pytester"
-
 SHOW = """
 import json, pathlib
 from pytest_kernelfix.config import load_settings

@@ -10,8 +10,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from pytest_kernelfix.capture.errors import ErrorInfo, Frame, clean_log
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.logs import clean_log
 from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.engine.files import apply_proposal
 from pytest_kernelfix.engine.parse import Modification

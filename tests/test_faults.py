@@ -16,8 +16,6 @@ import pytest
 from fake_llm import Delay, FakeLLM, Reply, Status, closed_port_url, empty, huge, malformed
 from hostile.project import expected_rerun_mode, fix_answer, report, rerun_mode, write_project
 
-pytest_plugins = ("fake_llm",)
-
 BASE = ("-p", "no:randomly", "-p", "no:cacheprovider")
 
 

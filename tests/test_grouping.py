@@ -9,8 +9,9 @@ import pytest
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame, describe_exception
 from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.capture.logs import truncate_log
 from pytest_kernelfix.capture.records import Failure, PassedTest, read_record, report_record
-from pytest_kernelfix.locate.context import build_context, truncate_log
+from pytest_kernelfix.locate.context import build_context
 from pytest_kernelfix.locate.grouping import (
     BugGroup,
     editable_files,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from factories import make_group
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.launches import KernelLaunch
@@ -20,12 +21,13 @@ from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
 from pytest_kernelfix.heal.guards import build_guard, shape_notes
 from pytest_kernelfix.heal.loop import heal
-from pytest_kernelfix.heal.outcomes import UNHEALED, Verdict
+from pytest_kernelfix.heal.outcomes import UNHEALED, Candidate, Verdict
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 from pytest_kernelfix.locate.grouping import editable_files, group_failures
 from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
-from pytest_kernelfix.rerun.launcher import RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify.verifier import Verifier
 
@@ -45,7 +47,7 @@ def judge(*modifications: Modification, files: Mapping[str, str] | None = None) 
     """The guard's reason for a proposal applied to ``files`` (default: the gelu module)."""
     current = dict(files or {PATH: GELU})
     applied = apply_proposal(modifications, current)
-    return GUARD(current, applied.files, modifications)
+    return GUARD(Candidate(applied.files, current, current, modifications)).reason
 
 
 def edit(old: str, new: str, file: str = "") -> Modification:
@@ -107,7 +109,7 @@ def test_honest_fixes_pass_the_guard(modifications: list[Modification]) -> None:
     applied = apply_proposal(modifications, {PATH: GELU})
     assert applied.errors == ()
     assert applied.files[PATH] != GELU
-    assert GUARD({PATH: GELU}, applied.files, modifications) == ""
+    assert GUARD(Candidate(applied.files, {PATH: GELU}, {PATH: GELU}, modifications)).reason == ""
 
 
 # -- targets ----------------------------------------------------------------------------
@@ -281,7 +283,7 @@ def test_hostile_code_is_rejected_with_its_reason(old: str, new: str, why: str) 
     modification = edit(old, new)
     applied = apply_proposal([modification], {PATH: GELU})
     assert applied.errors == (), applied.errors  # the edit itself applies cleanly
-    assert why in GUARD({PATH: GELU}, applied.files, [modification])
+    assert why in GUARD(Candidate(applied.files, {PATH: GELU}, {PATH: GELU}, [modification])).reason
 
 
 # -- compute shape: notes for the model, decided by the sensitivity rerun -------------------
@@ -328,9 +330,10 @@ def test_compute_shapes_are_noted_not_rejected(old: str, new: str, why: str) -> 
     modification = edit(old, new)
     applied = apply_proposal([modification], {PATH: GELU})
     assert applied.errors == (), applied.errors
-    assert GUARD({PATH: GELU}, applied.files, [modification]) == ""
-    notes = shape_notes({PATH: GELU}, applied.files)
-    assert any(why in note for note in notes), notes
+    screening = GUARD(Candidate(applied.files, {PATH: GELU}, {PATH: GELU}, [modification]))
+    assert screening.reason == ""
+    assert any(why in note for note in screening.notes), screening.notes
+    assert screening.notes == shape_notes({PATH: GELU}, applied.files)  # one reading
 
 
 def test_honest_fixes_carry_no_shape_note() -> None:
@@ -439,8 +442,8 @@ def _result(*outcomes: tuple[str, str, int]) -> RerunResult:
 def _verifier(root: Path, runner, **kwargs) -> tuple[Verifier, Sandbox]:  # type: ignore[no-untyped-def]
     sandbox = Sandbox.create(root, link_min_size=1024)
     setup = RerunSetup(root, 10.0, DevicePlan(interpret=True))
-    return Verifier(sandbox, setup, ["tests/test_gelu.py::test_gelu"], runner=runner,
-                    protected=["tests/test_gelu.py"], **kwargs), sandbox
+    group = make_group(root, "tests/test_gelu.py::test_gelu")
+    return Verifier(sandbox, setup, group, Project(root), runner=runner, **kwargs), sandbox
 
 
 def test_a_rerun_that_rewrites_a_test_file_is_rejected(project: Path) -> None:
@@ -470,8 +473,8 @@ def test_a_rejected_rerun_does_not_poison_later_rounds_or_bugs(project: Path) ->
         assert sandbox.read("tests/test_gelu.py") == (project / "tests/test_gelu.py").read_text()
         assert verifier({PATH: GELU}).ok  # the next round is judged on its own
         setup = RerunSetup(project, 10.0, DevicePlan(interpret=True))
-        next_bug = Verifier(sandbox, setup, ["tests/test_gelu.py::test_gelu"], runner=runner,
-                            protected=["tests/test_gelu.py"])
+        next_bug = Verifier(sandbox, setup, make_group(project, "tests/test_gelu.py::test_gelu"),
+                            Project(project), runner=runner)
         assert next_bug({PATH: GELU}).ok
 
 
@@ -498,8 +501,7 @@ def test_regression_tests_must_keep_launching(project: Path) -> None:
         _result(("tests/test_gelu.py::test_gelu", "passed", 1)),  # the failing test passes
         _result((other, "passed", 0)),  # the regression set: passes, launches nothing
     ])
-    verifier, sandbox = _verifier(project, lambda spec: next(results), regression=[other],
-                                  launched=["tests/test_gelu.py::test_gelu"])
+    verifier, sandbox = _verifier(project, lambda spec: next(results), regression=[other])
     with sandbox:
         verifier.baseline({PATH: GELU})
         verdict = verifier({PATH: GELU.replace("tl.tanh(u)", "tl.sigmoid(u)")})

@@ -6,7 +6,8 @@ by behaviour, exactly as the sandbox rerun judges it in the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,7 @@ from pytest_kernelfix.engine.files import apply_proposal, resolve_file
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
 from pytest_kernelfix.heal.loop import heal
-from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, Verdict
+from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, Candidate, Screening, Verdict
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 BUGGY = '''def scale(values, factor):
@@ -187,9 +188,8 @@ def test_edits_to_files_outside_the_editable_set_are_refused() -> None:
 
 
 def test_guard_rejection_is_not_kept_for_the_next_round() -> None:
-    def no_plus_zero(before: Mapping[str, str], after: Mapping[str, str],
-                     mods: Sequence[Modification]) -> str:
-        return "adds a no-op" if "+ 0" in after["ops/scale.py"] else ""
+    def no_plus_zero(candidate: Candidate) -> Screening:
+        return Screening("adds a no-op" if "+ 0" in candidate.files["ops/scale.py"] else "")
 
     fixer = Scripted(
         edits(("out.append(v + factor)", "out.append(v * factor + 0)")),
@@ -325,12 +325,14 @@ def test_a_request_for_code_is_served_next_round() -> None:
     assert "v - 2" in seen[0]["ops/offset.py"]  # the requested file became editable
 
 
-def test_the_first_prompt_is_measured_and_feedback_tidied() -> None:
-    fixer = Scripted(edits(("out.append(v + factor)", "out.append(v - factor)")),
-                     edits(("out.append(v - factor)", "out.append(v * factor)")))
+def test_the_first_prompt_is_what_the_fixer_sent_and_feedback_is_tidied() -> None:
+    sent = [replace(edits(("out.append(v + factor)", "out.append(v - factor)")),
+                    usage=Usage(calls=1, prompt_chars=1001)),
+            replace(edits(("out.append(v - factor)", "out.append(v * factor)")),
+                    usage=Usage(calls=1, prompt_chars=1002))]
+    fixer = Scripted(*sent)
     verify, _ = running(multiplies)
     result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2,
-                  prompt_size=lambda request: 1000 + request.round,
                   tidy=lambda text: text.replace("assert", "ASSERT"))
     assert result.prompt_chars == 1001
     assert "ASSERT [-1, 0] == [2, 4]" in fixer.requests[1].feedback

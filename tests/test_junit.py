@@ -97,7 +97,9 @@ def test_a_junit_file_that_cannot_be_read_is_left_alone_with_a_note(tmp_path: Pa
     report = SessionReport((bug,), tmp_path, tmp_path / ".kernelfix", "report", "interpret",
                            "recipes", 1.0)
     notes: list[str] = []
-    hook = JUnitProperties(str(junit), "", lambda: report, notes.append).pytest_sessionfinish()
+    sink = JUnitProperties(str(junit), "", notes.append)
+    sink.publish(report)
+    hook = sink.pytest_sessionfinish()
     next(hook)  # junitxml writes the file here
     with pytest.raises(StopIteration):
         hook.send(None)

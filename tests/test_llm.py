@@ -28,8 +28,6 @@ from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.fixers.recipes import RecipeFixer
 from pytest_kernelfix.fixers.replay import RecordingFixer, ReplayFixer
 
-pytest_plugins = ("fake_llm",)
-
 MODEL = "openai/fake-model"
 KEY = "sk-kernelfix-test-0123456789abcdef"
 

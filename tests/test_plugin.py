@@ -24,8 +24,6 @@ from kernel_project import (
     write_cassette,
 )
 
-pytest_plugins = ("fake_llm",)
-
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
 INI_NO_TRITON = "[pytest]\npythonpath = .\nmarkers =\n    kernel: launches a Triton kernel\n"
 SCHEMA = json.loads(resources.files("pytest_kernelfix").joinpath("report.schema.json").read_text())

@@ -21,8 +21,6 @@ from pytest_kernelfix.fixers.replay import (
     group_pattern,
 )
 
-pytest_plugins = ("fake_llm",)
-
 KEY = "sk-kernelfix-test-0123456789abcdef"
 #: Awkward text a cassette must keep byte for byte: CRLF, tabs, unicode line
 #: separators, quotes, backslashes, a lone surrogate, non-ASCII.
@@ -95,7 +93,9 @@ def test_entries_are_consumed_in_order_by_group_and_round(tmp_path: Path) -> Non
     assert replay.propose(sample_request(3, "gelu_kernel-1")).raw == "D"
     softmax = replay.propose(sample_request(1, "softmax_kernel-9"))
     assert softmax.raw == "A"
-    assert softmax.usage == Usage(calls=1, prompt_tokens=7, cost=0.5)
+    assert softmax.usage == Usage(calls=1, prompt_tokens=7, cost=0.5,
+                                  prompt_chars=softmax.usage.prompt_chars)
+    assert softmax.usage.prompt_chars > 1_000  # it renders what the model was sent
     with pytest.raises(FixerError) as info:
         replay.propose(sample_request(4, "gelu_kernel-1"))
     assert str(info.value) == (

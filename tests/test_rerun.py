@@ -15,25 +15,28 @@ from pathlib import Path
 import pytest
 from rerun_helpers import MODES, make_sandbox, spec_for, write_files
 
+from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.launcher import (
-    PLAN_ENV,
-    RerunResult,
+    Reruns,
     RerunSetup,
     RerunSpec,
-    TestOutcome,
     build_command,
     child_env,
-    filter_addopts,
-    map_root_paths,
-    read_results,
-    run_tests,
+)
+from pytest_kernelfix.rerun.plan import PLAN_ENV, DevicePlan, RerunPlan
+from pytest_kernelfix.rerun.report import (
+    REPORT_VERSION,
+    ChildReport,
+    CompileCounts,
+    GateResult,
+    ImportMapping,
+    ReportError,
+    RerunResult,
+    TestOutcome,
+    read_child_output,
     signal_name,
 )
-from pytest_kernelfix.rerun.plan import DevicePlan, RerunPlan
 from pytest_kernelfix.rerun.sandbox import Sandbox
-
-pytest_plugins = ("rerun_helpers",)
-
 
 # -- pure functions ---------------------------------------------------------------------
 
@@ -132,21 +135,44 @@ def test_result_helpers() -> None:
 
 def test_read_results_survives_a_line_cut_short_by_a_crash(tmp_path: Path) -> None:
     lines = [
-        {"event": "extra", "key": "k", "value": 1},
+        {"event": "report", "report": ChildReport(bf16_exact=False).to_json()},
         {"event": "start", "nodeid": "t.py::a"},
         {"event": "test", **TestOutcome("t.py::a", "passed", "call").to_json()},
         {"event": "collection_error", "text": "t2.py: ImportError: x"},
-        {"event": "extra", "key": "k", "value": 2},
+        {"event": "report", "report": ChildReport(bf16_exact=True).to_json()},
         {"event": "start", "nodeid": "t.py::b"},
     ]
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"event": "te')
-    data = read_results(path)
-    assert [TestOutcome.from_json(t).nodeid for t in data["tests"]] == ["t.py::a"]
-    assert data["running"] == "t.py::b"
-    assert data["extra"] == {"k": 2}
-    assert data["collection_errors"] == ["t2.py: ImportError: x"]
-    assert read_results(tmp_path / "missing.jsonl")["tests"] == []
+    data = read_child_output(path)
+    assert [t.nodeid for t in data.tests] == ["t.py::a"]
+    assert data.running == "t.py::b"
+    assert data.report.bf16_exact is True  # the last report wins
+    assert data.collection_errors == ("t2.py: ImportError: x",)
+    assert read_child_output(tmp_path / "missing.jsonl").tests == ()
+
+
+def test_a_child_report_round_trips_and_is_read_strictly() -> None:
+    report = ChildReport(
+        launch_recording=True, bf16_exact=False, integrity_error="",
+        gate=(GateResult("k", "/x/k.py", 3, False, "boom", 1024, 0.25, True),),
+        compile_cache=CompileCounts(2, 1), phases={"main": 0.1, "end": 1.5},
+        poison_errors=("snapshot failed",), import_mapping=ImportMapping(("/s",), ("ops",)))
+    assert ChildReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    wrong = {**report.to_json(), "version": REPORT_VERSION + 1}
+    with pytest.raises(ReportError, match="different plugin versions"):
+        ChildReport.from_json(wrong)
+    with pytest.raises(ReportError, match="unknown keys: extra"):
+        ChildReport.from_json({**report.to_json(), "extra": 1})
+    with pytest.raises(ReportError, match="malformed"):
+        ChildReport.from_json({**report.to_json(), "launch_recording": "yes"})
+
+
+def test_an_unreadable_child_report_is_said_not_guessed(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({"event": "report", "report": {"version": 0}}) + "\n")
+    data = read_child_output(path)
+    assert data.report == ChildReport() and "version 0" in data.report_error
 
 
 # -- real reruns -------------------------------------------------------------------------
@@ -191,13 +217,13 @@ OUTCOMES = """
 
 @pytest.mark.parametrize("mode", MODES)
 def test_outcomes_of_every_kind_are_read_back(
-    sandboxed: tuple[Path, list[Sandbox]], mode: str
+    sandboxed: tuple[Path, list[Sandbox]], mode: str, reruns: Reruns
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"tests/test_kinds.py": OUTCOMES})
     names = ["pass", "fail", "error", "teardown_error", "skip", "xfail", "xpass"]
     nodeids = [f"tests/test_kinds.py::test_{name}" for name in names]
-    result = run_tests(spec_for(sandbox, *nodeids, mode=mode))
+    result = reruns(spec_for(sandbox, *nodeids, mode=mode))
     assert result.mode == mode and result.fallback == ""
     got = {o.nodeid.rpartition("::test_")[2]: (o.outcome, o.phase) for o in result.outcomes}
     assert got == {
@@ -224,13 +250,15 @@ def test_outcomes_of_every_kind_are_read_back(
     assert result.missing(nodeids) == ()
 
 
-def test_collection_errors_are_reported(sandboxed: tuple[Path, list[Sandbox]]) -> None:
+def test_collection_errors_are_reported(
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns
+) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {
         "test_ok.py": "def test_ok():\n    pass\n",
         "test_broken.py": "import no_such_module_kfx\n\ndef test_a():\n    pass\n",
     })
-    result = run_tests(spec_for(sandbox, "test_ok.py::test_ok", "test_broken.py::test_a"))
+    result = reruns(spec_for(sandbox, "test_ok.py::test_ok", "test_broken.py::test_a"))
     assert result.returncode == 4  # pytest gives up on the whole selection
     imported, gone = result.collection_errors
     assert imported.startswith(
@@ -238,7 +266,7 @@ def test_collection_errors_are_reported(sandboxed: tuple[Path, list[Sandbox]]) -
     assert gone == "found no collectors for test_broken.py::test_a"
     assert result.missing(["test_ok.py::test_ok"]) == ("test_ok.py::test_ok",)
 
-    missing = run_tests(spec_for(sandbox, "test_ok.py::test_ok", "test_ok.py::test_gone"))
+    missing = reruns(spec_for(sandbox, "test_ok.py::test_ok", "test_ok.py::test_gone"))
     assert missing.returncode == 4
     assert missing.collection_errors[0].startswith("not found: test_ok.py::test_gone")
 
@@ -266,14 +294,14 @@ SPAWNS = """
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("hang", [300, 0], ids=["timeout", "finished"])
 def test_no_process_of_the_rerun_outlives_it(
-    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, hang: int, mode: str
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, hang: int, mode: str, reruns: Reruns
 ) -> None:
     """On timeout the whole group is killed; after a normal exit, what it left behind."""
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_spawn.py": SPAWNS})
     pids_file = tmp_path / "pids"
     start = time.monotonic()
-    result = run_tests(spec_for(sandbox, "test_spawn.py::test_spawns",
+    result = reruns(spec_for(sandbox, "test_spawn.py::test_spawns",
                                 timeout=8.0 if hang else 60.0, mode=mode,
                                 env={"KFX_PIDS": str(pids_file), "KFX_HANG": str(hang)}))
     assert result.mode == mode
@@ -298,7 +326,7 @@ def test_no_process_of_the_rerun_outlives_it(
     [("os.abort()", "SIGABRT"), ("ctypes.string_at(0)", "SIGSEGV")],
 )
 def test_a_crashing_test_gives_a_crash_reason(
-    sandboxed: tuple[Path, list[Sandbox]], body: str, signame: str, mode: str
+    sandboxed: tuple[Path, list[Sandbox]], body: str, signame: str, mode: str, reruns: Reruns
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_crash.py": f"""
@@ -315,7 +343,7 @@ def test_a_crashing_test_gives_a_crash_reason(
     """})
     nodeids = ["test_crash.py::test_before", "test_crash.py::test_crash",
                "test_crash.py::test_after"]
-    result = run_tests(spec_for(sandbox, *nodeids, mode=mode))
+    result = reruns(spec_for(sandbox, *nodeids, mode=mode))
     assert result.mode == mode
     assert result.returncode == -getattr(signal, signame)
     assert result.signal == signame and not result.timed_out
@@ -325,14 +353,14 @@ def test_a_crashing_test_gives_a_crash_reason(
     assert [o.nodeid for o in result.outcomes] == ["test_crash.py::test_before"]  # incremental
     assert result.missing(nodeids) == tuple(nodeids[1:])
     assert "test_crash" in result.output  # faulthandler's traceback
-    again = run_tests(spec_for(sandbox, "test_crash.py::test_after", mode=mode))
+    again = reruns(spec_for(sandbox, "test_crash.py::test_after", mode=mode))
     assert again.passed(["test_crash.py::test_after"]) and again.mode == mode  # it goes on
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_parent_environment_does_not_configure_the_child(
     sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    mode: str,
+    mode: str, reruns: Reruns,
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_env.py": """
@@ -351,7 +379,7 @@ def test_parent_environment_does_not_configure_the_child(
     monkeypatch.setenv("PYTEST_ADDOPTS", f"-x --junitxml={junit}")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     monkeypatch.setenv("COV_CORE_SOURCE", "src")
-    result = run_tests(spec_for(sandbox, "test_env.py::test_fails_first",
+    result = reruns(spec_for(sandbox, "test_env.py::test_fails_first",
                                 "test_env.py::test_env_is_clean", mode=mode))
     assert result.mode == mode
     assert [o.outcome for o in result.outcomes] == ["failed", "passed"]  # no -x
@@ -360,7 +388,7 @@ def test_parent_environment_does_not_configure_the_child(
 
 
 def test_ini_addopts_that_break_reruns_are_neutralised(
-    sandboxed: tuple[Path, list[Sandbox]],
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns,
 ) -> None:
     addopts = "-n 2 -x --cov -m 'not slow' --strict-markers -p no:randomly"
     root, sandboxes = sandboxed
@@ -386,36 +414,39 @@ def test_ini_addopts_that_break_reruns_are_neutralised(
         """,
     })
     nodeids = ["test_ini.py::test_fails", "test_ini.py::test_slow", "test_ini.py::test_passes"]
-    result = run_tests(spec_for(sandbox, *nodeids, addopts=tuple(shlex.split(addopts)),
+    result = reruns(spec_for(sandbox, *nodeids, addopts=tuple(shlex.split(addopts)),
                                 inifile=root / "pytest.ini"))
     assert [o.outcome for o in result.outcomes] == ["failed", "passed", "passed"], result.output
     assert "workers" not in result.output  # xdist did not start
     assert result.returncode == 1
 
 
-def test_plan_reaches_the_agent_and_extra_comes_back(
-    sandboxed: tuple[Path, list[Sandbox]],
+def test_plan_reaches_the_agent_and_its_report_comes_back(
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, reruns: Reruns,
 ) -> None:
     root, sandboxes = sandboxed
+    echo = tmp_path / "plan.json"
     sandbox = make_sandbox(root, sandboxes, {
-        "conftest.py": """
+        "conftest.py": f"""
+            import json
             from pytest_kernelfix.rerun.child.agent import agent_of
 
             def pytest_sessionstart(session):
                 agent = agent_of(session.config)
-                agent.set_extra("echo", agent.plan.to_json())
+                with open({str(echo)!r}, "w") as out:
+                    json.dump(agent.plan.to_json(), out)
         """,
         "test_plan.py": "def test_ok():\n    pass\n",
     })
     device = DevicePlan(interpret=True, cuda_shim=False, capability=(8, 0),
                         gate_target="cuda:80", cache_dir=str(root / "cache"))
-    result = run_tests(spec_for(sandbox, "test_plan.py::test_ok", device=device))
+    result = reruns(spec_for(sandbox, "test_plan.py::test_ok", device=device))
     assert result.passed(["test_plan.py::test_ok"])
-    echoed = RerunPlan.from_json(result.extra["echo"])  # type: ignore[arg-type]
+    echoed = RerunPlan.from_json(json.loads(echo.read_text()))
     assert echoed.device == device  # the typed plan arrives whole
     assert echoed.nodeids == ("test_plan.py::test_ok",)
     assert echoed.original_root == str(sandbox.source)
-    assert result.extra["launch_recording"] is True
+    assert result.report.launch_recording is True and result.report_error == ""
 
 
 ADD_KERNEL = """
@@ -445,7 +476,9 @@ def add_project(tests: str) -> dict[str, str]:
     return {"kernels/__init__.py": "", "kernels/add.py": ADD_KERNEL, "tests/test_add.py": tests}
 
 
-def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbox]]) -> None:
+def test_kernel_launches_are_counted_per_test(
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns
+) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, add_project("""
             import torch
@@ -459,7 +492,7 @@ def test_kernel_launches_are_counted_per_test(sandboxed: tuple[Path, list[Sandbo
             def test_no_kernel():
                 assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
         """))
-    result = run_tests(spec_for(sandbox, "tests/test_add.py::test_add_twice",
+    result = reruns(spec_for(sandbox, "tests/test_add.py::test_add_twice",
                                 "tests/test_add.py::test_no_kernel"))
     twice, none = result.outcomes
     assert twice.outcome == "passed", twice.longrepr
@@ -559,21 +592,23 @@ def test_an_editable_install_imports_the_sandbox_copy(
         assert unmapped.stdout.strip() == "original"
         nodeids = ["tests/test_value.py::test_child_imports_the_sandbox",
                    "tests/test_value.py::test_grandchild_imports_the_sandbox"]
-        result = run_tests(spec_for(sandbox, *nodeids, mode=mode), python=str(python))
+        with Reruns(python=str(python)) as runner:
+            result = runner(spec_for(sandbox, *nodeids, mode=mode))
         assert result.passed(nodeids), result.output
         assert result.mode == mode, result.fallback
-        mapping = result.extra["import_mapping"]
-        assert isinstance(mapping, dict)
+        mapping = result.report.import_mapping
+        assert mapping is not None
         if project == "mapped":
-            assert module in mapping["redirected"]
+            assert module in mapping.redirected
         else:
-            assert mapping["sys_path"] == [str(root / "src")]  # the .pth entry, mapped
+            assert mapping.sys_path == (str(root / "src"),)  # the .pth entry, mapped
     assert (root / relpath).read_text() == 'VALUE = "original"\n'
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_an_absolute_pythonpath_entry_is_mapped_to_the_sandbox(
-    sandboxed: tuple[Path, list[Sandbox]], monkeypatch: pytest.MonkeyPatch, mode: str
+    sandboxed: tuple[Path, list[Sandbox]], monkeypatch: pytest.MonkeyPatch, mode: str,
+    reruns: Reruns,
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {
@@ -584,14 +619,14 @@ def test_an_absolute_pythonpath_entry_is_mapped_to_the_sandbox(
     monkeypatch.setenv("PYTHONPATH", str(root / "lib"))
     nodeids = ["tests/test_value.py::test_child_imports_the_sandbox",
                "tests/test_value.py::test_grandchild_imports_the_sandbox"]
-    result = run_tests(spec_for(sandbox, *nodeids, mode=mode))
+    result = reruns(spec_for(sandbox, *nodeids, mode=mode))
     assert result.passed(nodeids), result.output
     assert result.mode == mode
     assert (root / "lib/kfx_helper.py").read_text() == 'VALUE = "original"\n'
 
 
 def test_gate_cache_hits_are_counted_across_sandboxes(
-    sandboxed: tuple[Path, list[Sandbox]],
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns,
 ) -> None:
     """Workers' sandboxes (and later sessions) share the gate's verdicts: the first rerun
     compiles the kernel, a rerun in another sandbox copy finds it in the cache."""
@@ -609,7 +644,7 @@ def test_gate_cache_hits_are_counted_across_sandboxes(
     device = DevicePlan(interpret=True, cuda_shim=False, capability=(9, 0),
                         gate_target="cuda:90", cache_dir=str(root.parent / "cache"))
     nodeid = "tests/test_add.py::test_add"
-    cold, warm = (run_tests(spec_for(sandbox, nodeid, device=device))
+    cold, warm = (reruns(spec_for(sandbox, nodeid, device=device))
                   for sandbox in (first, second))
     for result in (cold, warm):
         assert result.passed([nodeid]), result.output

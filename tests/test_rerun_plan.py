@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.rerun.launcher import carried_args
+from pytest_kernelfix.rerun.args import carried_args
 from pytest_kernelfix.rerun.plan import (
     PLAN_ENV,
     PLAN_VERSION,

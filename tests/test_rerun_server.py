@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 from rerun_helpers import make_sandbox, spec_for
 
-from pytest_kernelfix.rerun.launcher import run_tests
+from pytest_kernelfix.rerun.launcher import Reruns
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.rerun.server import unavailable_reason
 from pytest_kernelfix.rerun.server.fork import exit_code
 from pytest_kernelfix.rerun.server.server import fork_hazard
 from pytest_kernelfix.rerun.server.warm import RewriteCache, forget_project
-
-pytest_plugins = ("rerun_helpers",)
 
 pytestmark = pytest.mark.skipif(bool(unavailable_reason("fork")), reason="no fork here")
 
@@ -62,7 +60,7 @@ CANDIDATE_TESTS = """
 
 
 def test_a_forked_rerun_imports_the_candidate_not_a_module_the_server_saw(
-    sandboxed: tuple[Path, list[Sandbox]],
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns,
 ) -> None:
     """Two candidates of the same size written within a second: no stale module or
     kernel comes back, and one server serves both reruns."""
@@ -74,10 +72,10 @@ def test_a_forked_rerun_imports_the_candidate_not_a_module_the_server_saw(
     })
     nodeids = ["tests/test_shift.py::test_shifts_by_two", "tests/test_shift.py::test_value_is_two",
                "tests/test_shift.py::test_parent"]
-    before = run_tests(spec_for(sandbox, *nodeids, mode="fork"))
+    before = reruns(spec_for(sandbox, *nodeids, mode="fork"))
     sandbox.write("kernels/shift.py", (sandbox.root / "kernels/shift.py").read_text()
                   .replace('"one"', '"two"').replace("+ 1, mask", "+ 2, mask"))
-    after = run_tests(spec_for(sandbox, *nodeids, mode="fork"))
+    after = reruns(spec_for(sandbox, *nodeids, mode="fork"))
 
     assert before.mode == after.mode == "fork"
     assert [o.outcome for o in before.outcomes] == ["failed", "failed", "passed"]
@@ -110,7 +108,7 @@ LEAKS = """
 
 
 def test_consecutive_forked_reruns_share_no_state(
-    sandboxed: tuple[Path, list[Sandbox]],
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns,
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {
@@ -119,7 +117,7 @@ def test_consecutive_forked_reruns_share_no_state(
         "tests/test_leaks.py": LEAKS,
     })
     for _ in range(3):
-        result = run_tests(spec_for(sandbox, "tests/test_leaks.py::test_starts_fresh",
+        result = reruns(spec_for(sandbox, "tests/test_leaks.py::test_starts_fresh",
                                     mode="fork"))
         assert result.mode == "fork"
         assert result.passed(["tests/test_leaks.py::test_starts_fresh"]), result.output
@@ -148,16 +146,16 @@ HANGS_AND_CRASHES = """
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_hang_and_a_crash_end_the_child_only(
-    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, reruns: Reruns
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_bad.py": HANGS_AND_CRASHES})
     pids = tmp_path / "pids"
     env = {"KFX_PIDS": str(pids)}
-    hung = run_tests(spec_for(sandbox, "test_bad.py::test_hangs", timeout=5.0, mode="fork",
+    hung = reruns(spec_for(sandbox, "test_bad.py::test_hangs", timeout=5.0, mode="fork",
                               env=env))
-    crashed = run_tests(spec_for(sandbox, "test_bad.py::test_crashes", mode="fork", env=env))
-    passed = run_tests(spec_for(sandbox, "test_bad.py::test_passes", mode="fork", env=env))
+    crashed = reruns(spec_for(sandbox, "test_bad.py::test_crashes", mode="fork", env=env))
+    passed = reruns(spec_for(sandbox, "test_bad.py::test_passes", mode="fork", env=env))
 
     assert hung.mode == crashed.mode == passed.mode == "fork"
     assert hung.timed_out and hung.running == "test_bad.py::test_hangs"
@@ -190,14 +188,14 @@ GPU_LIST = """
 
 
 def test_one_server_serves_workers_pinned_to_different_gpus(
-    sandboxed: tuple[Path, list[Sandbox]],
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns,
 ) -> None:
     """``CUDA_VISIBLE_DEVICES`` is read when CUDA initialises, which the server never does:
     each child gets its worker's list from the same server."""
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_gpu.py": GPU_LIST})
     for gpu in ("0", "1"):
-        result = run_tests(spec_for(sandbox, "test_gpu.py::test_sees_its_gpu", mode="fork",
+        result = reruns(spec_for(sandbox, "test_gpu.py::test_sees_its_gpu", mode="fork",
                                     env={"CUDA_VISIBLE_DEVICES": gpu}))
         assert result.mode == "fork" and result.passed(["test_gpu.py::test_sees_its_gpu"])
     (first, server), (second, again) = (
@@ -206,7 +204,7 @@ def test_one_server_serves_workers_pinned_to_different_gpus(
 
 
 def test_stop_early_ends_the_rerun_at_the_first_failure(
-    sandboxed: tuple[Path, list[Sandbox]],
+    sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns,
 ) -> None:
     root, sandboxes = sandboxed
     sandbox = make_sandbox(root, sandboxes, {"test_three.py": """
@@ -221,10 +219,10 @@ def test_stop_early_ends_the_rerun_at_the_first_failure(
     """})
     nodeids = ["test_three.py::test_a", "test_three.py::test_b", "test_three.py::test_c"]
     spec = spec_for(sandbox, *nodeids, mode="fork")
-    stopped = run_tests(type(spec)(spec.setup, spec.sandbox_root, spec.nodeids, stop_early=True))
+    stopped = reruns(type(spec)(spec.setup, spec.sandbox_root, spec.nodeids, stop_early=True))
     assert [o.outcome for o in stopped.outcomes] == ["passed", "failed"]
     assert stopped.missing(nodeids) == ("test_three.py::test_c",)
-    assert len(run_tests(spec).outcomes) == 3
+    assert len(reruns(spec).outcomes) == 3
 
 
 def test_a_server_that_cannot_start_leaves_reruns_to_fresh_subprocesses(
@@ -237,8 +235,8 @@ def test_a_server_that_cannot_start_leaves_reruns_to_fresh_subprocesses(
                       'case "$*" in *rerun.server*) echo "no server today" >&2; exit 3;; esac\n'
                       f'exec {sys.executable} "$@"\n')
     python.chmod(0o755)
-    result = run_tests(spec_for(sandbox, "test_ok.py::test_ok", mode="auto"),
-                       python=str(python))
+    with Reruns(python=str(python)) as runner:
+        result = runner(spec_for(sandbox, "test_ok.py::test_ok", mode="auto"))
     assert result.passed(["test_ok.py::test_ok"])
     assert result.mode == "subprocess"
     assert result.fallback.startswith("the rerun server could not start: exited with status 3")

@@ -23,9 +23,13 @@ from pytest_kernelfix.heal.outcomes import HEALED, HealResult, RoundRecord
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import MARKER, redact, secret_values
-from pytest_kernelfix.report.artifacts import BugReport, SessionReport, write_patches, write_reports
-
-pytest_plugins = ("fake_llm",)
+from pytest_kernelfix.report.artifacts import (
+    BugReport,
+    SessionReport,
+    patch_name,
+    write_patches,
+    write_reports,
+)
 
 ENV = {
     "KERNELFIX_DEMO_API_KEY": "kfx-live-7f3a9c2e5b1d4086",
@@ -87,16 +91,16 @@ def test_reports_and_patch_headers_are_redacted(tmp_path: Path,
                          f"rejected: {secret}")
     result = HealResult(group.id, HEALED, f"healed; {secret}", (record,),
                         {"kernels/k1.py": "a = 1\n"}, {"kernels/k1.py": "a = 2\n"})
-    patches = write_patches([(group, result)], tmp_path)
-    bug = BugReport(group, result, patches[group.id], (), f"not written: {secret}")
+    bug = BugReport(group, result, patch_name(group), (), f"not written: {secret}")
     session = SessionReport((bug,), tmp_path, tmp_path, "report", "interpret", "m", 1.0,
                             (f"note {secret}",))
+    write_patches(session)
     paths = write_reports(session)
-    for path in [paths["json"], paths["markdown"], tmp_path / patches[group.id]]:
+    for path in [paths["json"], paths["markdown"], tmp_path / bug.patch_file]:
         text = path.read_text()
         assert ENV["DB_PASSWORD"] not in text and SHAPES["github"] not in text, path.name
         assert MARKER in text
-    assert "+a = 2" in (tmp_path / patches[group.id]).read_text()  # the diff is untouched
+    assert "+a = 2" in (tmp_path / bug.patch_file).read_text()  # the diff is untouched
 
 
 KERNEL_SECRETS = (

@@ -17,14 +17,9 @@ from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, Selection, crash_failure
 from pytest_kernelfix.config import parse_select
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.rerun.launcher import (
-    RerunResult,
-    RerunSetup,
-    RerunSpec,
-    TestOutcome,
-    read_results,
-)
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.report import RerunResult, TestOutcome, read_child_output
 from pytest_kernelfix.session.crashes import reproduce_crashes
 
 
@@ -92,9 +87,9 @@ def test_launches_written_before_a_crash_are_read_back(tmp_path: Path) -> None:
              {"event": "launch", "nodeid": "t::a", "launch": launch.to_json()}]
     path = tmp_path / "results.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"event": "te')
-    data = read_results(path)
-    assert data["running"] == "t::a"
-    (read,) = [KernelLaunch.from_json(item) for item in data["running_launches"]]
+    data = read_child_output(path)
+    assert data.running == "t::a"
+    (read,) = data.running_launches
     assert read == launch and read.sites == launch.sites
 
 

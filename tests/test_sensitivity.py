@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from factories import make_group
 
 from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
-from pytest_kernelfix.rerun.launcher import Probe, RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.project import Project
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.report import ChildReport, Probe, RerunResult, TestOutcome
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify.sensitivity import BYPASS, SENSITIVE, UNMEASURED, judge_poisoned
 from pytest_kernelfix.verify.verifier import Verifier
@@ -99,7 +102,8 @@ def sandbox(tmp_path: Path) -> Sandbox:
 def verify(sandbox: Sandbox, answers: dict[str, RerunResult]) -> tuple[object, Scripted]:
     runner = Scripted(answers)
     setup = RerunSetup(sandbox.source, 10.0, DevicePlan(interpret=True))
-    verifier = Verifier(sandbox, setup, [A], runner=runner, launched=[A])
+    verifier = Verifier(sandbox, setup, make_group(sandbox.source, A), Project(sandbox.source),
+                        runner=runner)
     with sandbox:
         verdict = verifier({"kernels/k.py": "def k():\n    return 2\n"})
     return verdict, runner
@@ -140,7 +144,8 @@ def test_integrity_findings_count_only_when_the_unpatched_code_had_none(sandbox:
 
     runner = Scripted({"": with_findings(mode)})
     setup = RerunSetup(sandbox.source, 10.0, DevicePlan(interpret=True))
-    verifier = Verifier(sandbox, setup, [A], runner=runner, launched=[A])
+    verifier = Verifier(sandbox, setup, make_group(sandbox.source, A), Project(sandbox.source),
+                        runner=runner)
     with sandbox:
         verifier.baseline({"kernels/k.py": "def k():\n    return 1\n"})
         runner.answers[""] = with_findings(mode, patched)
@@ -152,7 +157,7 @@ def test_integrity_findings_count_only_when_the_unpatched_code_had_none(sandbox:
 
 def test_a_rerun_whose_integrity_check_could_not_start_is_no_pass(sandbox: Sandbox) -> None:
     broken = RerunResult((outcome(A, "passed"),), returncode=0,
-                         extra={"integrity_error": "ImportError: numpy.testing"})
+                         report=ChildReport(integrity_error="ImportError: numpy.testing"))
     verdict, runner = verify(sandbox, {"": broken})
     assert not verdict.ok and verdict.kind == "rerun"  # type: ignore[attr-defined]
     assert verdict.summary == (  # type: ignore[attr-defined]

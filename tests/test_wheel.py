@@ -12,8 +12,6 @@ import pytest
 from fake_llm import Reply
 from kernel_project import BUGS, GOOD_LINE, answer, make_project, report_of
 
-pytest_plugins = ("fake_llm",)
-
 REPO = Path(__file__).resolve().parents[1]
 
 

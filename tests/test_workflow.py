@@ -22,11 +22,14 @@ from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.report.artifacts import SessionReport
-from pytest_kernelfix.rerun.launcher import RerunResult, RerunSetup, RerunSpec, TestOutcome
+from pytest_kernelfix.report.publish import ReportFiles, publish
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 from pytest_kernelfix.session.pipeline import SessionInputs, Stages, run_healing
 
 BUG, FIX = "    y = x + factor\n", "    y = x * factor\n"
@@ -86,6 +89,8 @@ class FakeRunner:
 
 
 class Answers:
+    """A scripted model: it renders the prompt as a live fixer would, then answers."""
+
     name = "scripted"
 
     def __init__(self, *proposals: Proposal) -> None:
@@ -94,7 +99,16 @@ class Answers:
 
     def propose(self, request: ProposalRequest) -> Proposal:
         self.requests.append(request)
-        return self.proposals.pop(0)
+        proposal = self.proposals.pop(0)
+        sent = sum(len(message["content"]) for message in render_messages(request))
+        return replace(proposal, usage=replace(proposal.usage, prompt_chars=sent))
+
+
+def heal_session(session: SessionInputs, stages: Stages) -> SessionReport:
+    """What the controller does: heal, then publish the report files once."""
+    report = run_healing(session, stages)
+    publish(report, (ReportFiles(),))
+    return report
 
 
 def fix(old: str = BUG, new: str = FIX) -> Proposal:
@@ -104,7 +118,7 @@ def fix(old: str = BUG, new: str = FIX) -> Proposal:
 def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path) -> None:
     runner = FakeRunner()
     fixer = Answers(fix("    y = x + factor\n", "    y = x - factor\n"), fix())
-    report = run_healing(inputs(root), Stages(fixer=fixer, guard=build_guard(Project(root)),
+    report = heal_session(inputs(root), Stages(fixer=fixer, guard=build_guard(Project(root)),
                                               runner=runner))
     (bug,) = report.bugs
     assert bug.result.status == "healed", bug.result.reason
@@ -135,7 +149,7 @@ def test_the_report_says_what_the_model_was_shown_and_the_first_prompt_size(
 
     import jsonschema
 
-    run_healing(inputs(root), Stages(fixer=Answers(fix()), runner=FakeRunner()))
+    heal_session(inputs(root), Stages(fixer=Answers(fix()), runner=FakeRunner()))
     data = json.loads((root / ".kernelfix" / "report.json").read_text())
     schema = json.loads(resources.files("pytest_kernelfix").joinpath(
         "report.schema.json").read_text())
@@ -151,7 +165,7 @@ def test_the_report_says_what_the_model_was_shown_and_the_first_prompt_size(
 
 def test_session_notes_reach_report_json_and_report_md(root: Path) -> None:
     note = "kernel launches are not recorded: No module named 'triton'"
-    run_healing(inputs(root, notes=(note,)), Stages(fixer=Answers(fix()), runner=FakeRunner()))
+    heal_session(inputs(root, notes=(note,)), Stages(fixer=Answers(fix()), runner=FakeRunner()))
     data = json.loads((root / ".kernelfix" / "report.json").read_text())
     assert data["notes"] == [note]
     assert f"> {note}" in (root / ".kernelfix" / "report.md").read_text()
@@ -159,7 +173,7 @@ def test_session_notes_reach_report_json_and_report_md(root: Path) -> None:
 
 def test_a_failure_that_does_not_reproduce_is_skipped_before_any_proposal(root: Path) -> None:
     fixer = Answers()
-    report = run_healing(inputs(root), Stages(fixer=fixer, runner=FakeRunner(reproduces=False)))
+    report = heal_session(inputs(root), Stages(fixer=fixer, runner=FakeRunner(reproduces=False)))
     (bug,) = report.bugs
     assert bug.result.status == "skipped"
     assert "does not reproduce" in bug.result.reason
@@ -177,14 +191,14 @@ def test_with_the_cuda_shim_off_a_failure_the_shim_cures_is_not_healed(root: Pat
                         RerunSetup(root, 10.0, DevicePlan(interpret=True, cuda_shim=False)),
                         session.project)
     fixer = Answers()
-    (bug,) = run_healing(off, Stages(fixer=fixer, runner=runner)).bugs
+    (bug,) = heal_session(off, Stages(fixer=fixer, runner=runner)).bugs
     assert bug.result.status == "skipped"
     assert "kernelfix_cuda_shim is off" in bug.result.reason
     assert fixer.requests == []
 
 
 def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
-    report = run_healing(inputs(root, apply=True), Stages(fixer=Answers(fix()),
+    report = heal_session(inputs(root, apply=True), Stages(fixer=Answers(fix()),
                                                           runner=FakeRunner()))
     assert report.bugs[0].applied == ("kernels/ops.py",)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL.replace(BUG, FIX)
@@ -267,7 +281,7 @@ def heal_many(root: Path, workers: int) -> tuple[SessionReport, ParallelRunner, 
     session = replace(session, failures=many_bugs(root), passed=())
     runner = ParallelRunner(parallel=workers > 1)
     lines: list[str] = []
-    report = run_healing(session, Stages(fixer=PerBugAnswers(), runner=runner,
+    report = heal_session(session, Stages(fixer=PerBugAnswers(), runner=runner,
                                          progress=lines.append))
     return report, runner, lines
 
@@ -325,23 +339,20 @@ def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(
         seen.setdefault(letter_of(spec.nodeids[0]), set()).add(gpu)
         return runner(spec)
 
-    report = run_healing(session, Stages(fixer=PerBugAnswers(), runner=pinned))
+    report = heal_session(session, Stages(fixer=PerBugAnswers(), runner=pinned))
     assert report.workers == 2
     assert all(len(gpus) == 1 for gpus in seen.values())  # a bug stays on its worker's GPU
     assert set().union(*seen.values()) == {"3", "5"}
     assert seen["a"] == seen["c"]  # one chain, one worker
 
 
-def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run(root: Path) -> None:
-    from pytest_kernelfix.rerun.sandbox import Sandbox
-    from pytest_kernelfix.verify.verifier import Verifier
+def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run() -> None:
+    from pytest_kernelfix.verify.judge import Expectations, judge
 
     nodeids = ("t.py::a", "t.py::b", "t.py::c")
-    with Sandbox.create(root) as sandbox:
-        verifier = Verifier(sandbox, RerunSetup(root, 10.0, DevicePlan(interpret=True)), nodeids)
-        stopped = RerunResult((TestOutcome("t.py::a", "passed", "call", launch_count=1),
-                               TestOutcome("t.py::b", "failed", "call")), returncode=1)
-        verdict = verifier.judge(stopped, regression=())
+    stopped = RerunResult((TestOutcome("t.py::a", "passed", "call", launch_count=1),
+                           TestOutcome("t.py::b", "failed", "call")), returncode=1)
+    verdict = judge(stopped, Expectations(nodeids))
     assert verdict.kind == "failing"
     assert verdict.summary == ("1 of 3 failing tests still fail (1 not run: the rerun stops at "
                                "the first that still fails)")
@@ -352,7 +363,7 @@ def test_the_token_cap_stops_the_session_between_rounds(root: Path) -> None:
     wrong = Proposal((Modification(BUG, "    y = x - factor\n", file="kernels/ops.py"),),
                      usage=Usage(1, 900, 300), source="scripted")
     fixer = Answers(wrong, fix())
-    report = run_healing(inputs(root, rounds=3, max_tokens=1000),
+    report = heal_session(inputs(root, rounds=3, max_tokens=1000),
                          Stages(fixer=fixer, runner=FakeRunner()))
     (bug,) = report.bugs
     assert len(fixer.requests) == 1  # round 2's answer was never asked for

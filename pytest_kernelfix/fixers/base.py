@@ -47,6 +47,7 @@ class Usage:
 
     ``cache_hits`` counts answers served from the answer cache: they cost no call, no
     token and no dollar, and are counted so a report can say where an answer came from.
+    ``prompt_chars`` is the size of the prompts the fixer sent (0 when it sent none).
     """
 
     calls: int = 0
@@ -55,6 +56,7 @@ class Usage:
     cost: float = 0.0
     seconds: float = 0.0
     cache_hits: int = 0
+    prompt_chars: int = 0
 
     @property
     def tokens(self) -> int:
@@ -68,6 +70,7 @@ class Usage:
             self.cost + other.cost,
             self.seconds + other.seconds,
             self.cache_hits + other.cache_hits,
+            self.prompt_chars + other.prompt_chars,
         )
 
 

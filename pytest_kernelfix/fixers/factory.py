@@ -46,7 +46,7 @@ def build_fixer(
         path = name[len(REPLAY_PREFIX):].strip()
         if not path:
             raise ValueError("replay: needs a cassette path, as in 'replay:cassettes/demo.jsonl'")
-        return ReplayFixer(Path(path))
+        return ReplayFixer(Path(path), prompts_dir=prompts_dir)
     from pytest_kernelfix.fixers.llm import LLMFixer
 
     fixer: Fixer = LLMFixer(

@@ -80,7 +80,9 @@ class LLMFixer:
         response = self._complete(litellm, messages)
         seconds = time.monotonic() - started
         prompt_tokens, completion_tokens = _tokens(response)
-        usage = Usage(1, prompt_tokens, completion_tokens, _cost(litellm, response), seconds)
+        sent = sum(len(message["content"]) for message in messages)
+        usage = Usage(1, prompt_tokens, completion_tokens, _cost(litellm, response), seconds,
+                      prompt_chars=sent)
         return read_answer(_content(response), usage=usage, source=self.name)
 
     def call_arguments(self, messages: list[dict[str, str]]) -> dict[str, Any]:

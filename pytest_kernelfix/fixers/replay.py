@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_kernelfix.fixers.answer import read_answer
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.prompting import PromptError, render_messages
 from pytest_kernelfix.redact import redact
 
 
@@ -114,10 +115,14 @@ def parse_entry(line: str, number: int, path: Path) -> CassetteEntry:
 
 
 class ReplayFixer:
-    """Answer from a cassette: the first unused entry that matches the bug and round."""
+    """Answer from a cassette: the first unused entry that matches the bug and round.
 
-    def __init__(self, path: Path | str) -> None:
+    It stands in for the model that recorded the cassette, so it renders the prompt that
+    model would have been sent (its size is reported like a live prompt's)."""
+
+    def __init__(self, path: Path | str, *, prompts_dir: Path | None = None) -> None:
         self.path = Path(path)
+        self.prompts_dir = prompts_dir
         self.entries = load_cassette(self.path)
         self.name = f"replay:{path}"
         self._used: set[int] = set()
@@ -138,7 +143,13 @@ class ReplayFixer:
                 )
             self._used.add(index)
         entry = self.entries[index]
-        usage = Usage(1, entry.prompt_tokens, entry.completion_tokens, entry.cost, 0.0)
+        try:
+            sent = sum(len(m["content"]) for m in render_messages(
+                request, prompts_dir=self.prompts_dir))
+        except PromptError as error:
+            raise FixerError(f"{self.name}: {error}") from None
+        usage = Usage(1, entry.prompt_tokens, entry.completion_tokens, entry.cost, 0.0,
+                      prompt_chars=sent)
         return read_answer(entry.response, usage=usage, source=self.name)
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.heal.outcomes import Guard
+from pytest_kernelfix.heal.outcomes import Candidate, Guard, Screening
 from pytest_kernelfix.locate.outline import bindings
 from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
 from pytest_kernelfix.redact import MARKER
@@ -524,7 +524,9 @@ def code_checks(
 
 
 def build_guard(project: Project) -> Guard:
-    """The guard the healing loop applies to every candidate, first reason wins."""
+    """The screen the healing loop applies to every candidate: the first reason to refuse
+    it (checked against the text it was made from), else the notes on its shape (against
+    the bug's original text)."""
     checks: tuple[Check, ...] = (
         edit_targets(project),
         text_content,
@@ -532,13 +534,11 @@ def build_guard(project: Project) -> Guard:
         code_checks,
     )
 
-    def guard(
-        before: Mapping[str, str], after: Mapping[str, str], modifications: Sequence[Modification]
-    ) -> str:
+    def guard(candidate: Candidate) -> Screening:
         for check in checks:
-            reason = check(before, after, modifications)
+            reason = check(candidate.base, candidate.files, candidate.modifications)
             if reason:
-                return reason
-        return ""
+                return Screening(reason)
+        return Screening(notes=shape_notes(candidate.originals, candidate.files))
 
     return guard

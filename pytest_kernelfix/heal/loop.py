@@ -39,10 +39,13 @@ from pytest_kernelfix.heal.outcomes import (
     SKIPPED,
     UNCERTIFIABLE,
     UNHEALED,
+    Candidate,
     Guard,
     HealResult,
     RoundRecord,
+    Screening,
     Verdict,
+    VerdictKind,
 )
 from pytest_kernelfix.locate.context import BugContext
 from pytest_kernelfix.locate.need import NeedAnswer
@@ -79,13 +82,12 @@ def heal(
     on_round: Callable[[RoundRecord], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     resolve_need: NeedResolver | None = None,
-    prompt_size: Callable[[ProposalRequest], int] | None = None,
     tidy: Callable[[str], str] = lambda text: text,
 ) -> HealResult:
     """Run up to ``rounds`` rounds on one bug and return how it ended.
 
-    ``prompt_size`` measures the first round's prompt for the report; ``tidy`` cleans
-    what the verifier says (paths, machinery frames) before the model reads it.
+    ``tidy`` cleans what the verifier says (paths, machinery frames) before the model
+    reads it. The first round's prompt size is what the fixer says it sent.
     """
     started = clock()
     originals = dict(originals)
@@ -121,8 +123,6 @@ def heal(
             feedback=redact(feedback),
             history=tuple(history),
         )
-        if number == 1 and prompt_size is not None:
-            first_prompt = prompt_size(request)
         try:
             proposal = fixer.propose(request)
         except Exception as error:  # a fixer or a hook that fails ends this bug, not the run
@@ -132,6 +132,8 @@ def heal(
             records.append(RoundRecord(number, source, (), redact(f"no answer: {why}")))
             return finish(UNHEALED, f"round {number}: {why}")
         usage = usage + proposal.usage
+        if number == 1:
+            first_prompt = proposal.usage.prompt_chars
         key = _same_answer(proposal)
         if key == previous and number < rounds:  # in the last round it ends the bug anyway
             stopped = f"the same answer as round {number - 1}: stopped"
@@ -215,7 +217,7 @@ class _RoundOutcome:
     summary: str
     edits: tuple[EditOutcome, ...] = ()
     diff: str = ""
-    kind: str = ""
+    kind: VerdictKind | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -271,15 +273,16 @@ def _play_round(
         )
     candidate = applied.files
     diff = cumulative_diff(base, candidate)
-    # Guarded before "changed nothing": an edit aimed at a test file is refused as such.
-    if guard is not None:
-        rejection = guard(base, candidate, proposal.modifications)
-        if rejection:
-            return (
-                _RoundOutcome(False, f"rejected: {rejection}", applied.edits, diff),
-                _join(f"The candidate was rejected: {rejection}", unmatched),
-                None,
-            )
+    # Screened before "changed nothing": an edit aimed at a test file is refused as such.
+    screening = Screening() if guard is None else guard(
+        Candidate(candidate, base, originals, proposal.modifications))
+    if screening.reason:
+        rejection = screening.reason
+        return (
+            _RoundOutcome(False, f"rejected: {rejection}", applied.edits, diff),
+            _join(f"The candidate was rejected: {rejection}", unmatched),
+            None,
+        )
     if dict(candidate) == dict(current):
         summary = "no edit applied" if applied.errors else "edits changed nothing"
         return (
@@ -300,10 +303,11 @@ def _play_round(
     tried[key] = summary
     if restarted:
         summary = f"applied to the original text: {summary}"
-    notes = "\n".join(f"- {note}" for note in verdict.notes)
+    notes = verdict.notes + screening.notes
+    listed = "\n".join(f"- {note}" for note in notes)
     feedback = _join(restarted, tidy(verdict.feedback or verdict.summary), unmatched,
-                     f"Notes on the candidate's shape:\n{notes}" if notes else "")
-    return (_RoundOutcome(verdict.ok, summary, applied.edits, diff, verdict.kind, verdict.notes),
+                     f"Notes on the candidate's shape:\n{listed}" if listed else "")
+    return (_RoundOutcome(verdict.ok, summary, applied.edits, diff, verdict.kind, notes),
             feedback, candidate)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from pytest_kernelfix.engine.diff import cumulative_diff
@@ -21,8 +22,31 @@ if TYPE_CHECKING:  # the matcher (rapidfuzz, numpy) is not loaded to read a repo
 HEALED, UNHEALED, SKIPPED = "healed", "unhealed", "skipped"
 #: Every status a bug can end with, in report order.
 STATUSES = (HEALED, UNHEALED, SKIPPED)
+
+
+class VerdictKind(str, Enum):
+    """What a verdict on a candidate says, most fundamental problem first."""
+
+    PASSED = "passed"  #: every check passed
+    TAMPERED = "tampered"  #: test or data files changed
+    TIMEOUT = "timeout"  #: the rerun did not finish
+    CRASH = "crash"  #: the test process died
+    COLLECTION = "collection"  #: the tests could not be collected
+    RERUN = "rerun"  #: the rerun itself could not say anything
+    FAILING = "failing"  #: failing tests still fail
+    REGRESSION = "regression"  #: tests that passed before fail
+    INTEGRITY = "integrity"  #: what the tests check with was changed while they ran
+    BYPASS = "bypass"  #: the tests pass without launching a kernel
+    GATE = "gate"  #: the kernel does not compile for a real GPU
+    INSENSITIVE = "insensitive"  #: the tests pass with the kernel's output poisoned
+    UNCERTIFIABLE = "uncertifiable"  #: the tests cannot tell a fix from a cheat
+
+    def __str__(self) -> str:
+        return self.value
+
+
 #: The verdict kind that ends a bug as skipped: its tests cannot tell a fix from a cheat.
-UNCERTIFIABLE = "uncertifiable"
+UNCERTIFIABLE = VerdictKind.UNCERTIFIABLE
 
 
 @dataclass(frozen=True)
@@ -30,17 +54,26 @@ class Verdict:
     """How a candidate fared: ``ok`` only when every check passed.
 
     ``summary`` is one line for the report; ``feedback`` is what the model is shown
-    next round (the new failure, the crash, the broken tests). ``notes`` are remarks on
-    the candidate's shape (torch math or arithmetic after the launch...) that reject
-    nothing but go into the report and to the model. A verdict of kind
-    :data:`UNCERTIFIABLE` ends the bug as skipped.
+    next round (the new failure, the crash, the broken tests). ``kind`` names the
+    check that decided (:attr:`VerdictKind.PASSED` when ``ok``; a failed verdict given
+    no kind is :attr:`VerdictKind.FAILING`). ``notes`` are remarks on the candidate's
+    shape (torch math or arithmetic after the launch...) that reject nothing but go into
+    the report and to the model. A verdict of kind :data:`UNCERTIFIABLE` ends the bug as
+    skipped.
     """
 
     ok: bool
     summary: str
     feedback: str = ""
-    kind: str = ""
+    kind: VerdictKind | None = None
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            default = VerdictKind.PASSED if self.ok else VerdictKind.FAILING
+            object.__setattr__(self, "kind", default)
+        elif self.ok != (self.kind is VerdictKind.PASSED):
+            raise ValueError(f"a verdict with ok={self.ok} cannot be of kind {self.kind}")
 
 
 @dataclass(frozen=True)
@@ -83,5 +116,27 @@ class HealResult:
         return cumulative_diff(self.original, self.final)
 
 
-#: A static check on a candidate: (files before, files after, edits) -> "" or the reason.
-Guard = Callable[[Mapping[str, str], Mapping[str, str], Sequence[Modification]], str]
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate as the static screen sees it: the files it would write (``files``),
+    the text it was made from (``base``: the current files of the round), the bug's
+    original text (``originals``) and the edits that made it."""
+
+    files: Mapping[str, str]
+    base: Mapping[str, str]
+    originals: Mapping[str, str]
+    modifications: Sequence[Modification] = ()
+
+
+@dataclass(frozen=True)
+class Screening:
+    """What the static screen says of a candidate, from one reading of its code: why it
+    must not run ("" when it may), and remarks on its shape for the report and the model
+    (torch math or arithmetic after the launch...), which reject nothing."""
+
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+
+
+#: The static screen every candidate goes through before it runs.
+Guard = Callable[[Candidate], Screening]

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_kernelfix.capture.errors import ErrorInfo, Frame, clean_log, relative_paths
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
+from pytest_kernelfix.capture.logs import clean_log, relative_paths, truncate_log
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
 from pytest_kernelfix.locate.reach import Located, nodeid_qualname
@@ -108,39 +109,6 @@ class BugContext:
                 return source
         return render_source(path, text, symbols) if symbols is not None else (
             SourceFile(path, text))
-
-
-_HEAD_LINES = 40
-_TAIL_LINES = 100
-_MAX_LINE = 400
-_MAX_LOG_CHARS = 16_000
-
-
-def truncate_log(
-    text: str,
-    *,
-    head: int = _HEAD_LINES,
-    tail: int = _TAIL_LINES,
-    max_chars: int = _MAX_LOG_CHARS,
-) -> str:
-    """Keep the start and the end of a log (where the test and the exception are).
-
-    Very long lines (a tensor dump) are shortened too, so one line cannot eat the budget.
-    """
-    lines = [
-        line if len(line) <= _MAX_LINE else line[:_MAX_LINE] + " ...[line cut]"
-        for line in text.splitlines()
-    ]
-    if len(lines) > head + tail:
-        cut = len(lines) - head - tail
-        lines = [*lines[:head], f"... [{cut} lines cut] ...", *lines[-tail:]]
-    result = "\n".join(lines)
-    if len(result) > max_chars:
-        keep = max_chars // 2
-        result = f"{result[:keep]}\n... [{len(result) - 2 * keep} characters cut] ...\n" + (
-            result[-keep:]
-        )
-    return result
 
 
 def project_frames(error: ErrorInfo, project: Project, editable: Sequence[str]) -> (

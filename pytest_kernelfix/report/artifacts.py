@@ -343,15 +343,11 @@ def remove_stale_patches(report_dir: Path, keep: Sequence[str]) -> None:
             path.unlink(missing_ok=True)
 
 
-def write_patches(bugs: Sequence[tuple[BugGroup, HealResult]], report_dir: Path) -> dict[str, str]:
-    """Write a patch for every healed bug; returns group id -> patch file name."""
-    written: dict[str, str] = {}
-    for group, result in bugs:
-        if result.status == HEALED and result.patch:
-            name = patch_name(group)
-            write_atomic(report_dir / name, patch_text(group, result))
-            written[group.id] = name
-    return written
+def write_patches(report: SessionReport) -> None:
+    """Write the patch of every bug that has one (see :attr:`BugReport.patch_file`)."""
+    for bug in report.bugs:
+        if bug.patch_file:
+            write_atomic(report.report_dir / bug.patch_file, patch_text(bug.group, bug.result))
 
 
 def write_reports(report: SessionReport) -> Mapping[str, Path]:

@@ -264,7 +264,8 @@ def write_suggestions(report: SessionReport, environ: Mapping[str, str] | None =
     return path
 
 
-def publish(report: SessionReport, environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def github_outputs(report: SessionReport, environ: Mapping[str, str]
+                   ) -> tuple[list[str], list[str]]:
     """In GitHub Actions: append the summary; return (annotation lines, notes)."""
     if not in_github_actions(environ):
         return [], []

@@ -36,6 +36,7 @@ from pytest_kernelfix.atomic import replace_file
 
 if TYPE_CHECKING:  # loaded at configure time: the report's imports wait for a report
     from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.publish import Published
 
 #: Characters XML 1.0 cannot hold, even escaped.
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -97,22 +98,31 @@ def add_properties(path: Path, wanted: Mapping[Names, list[tuple[str, str]]]) ->
 
 
 class JUnitProperties:
-    """Registered beside the controller when ``--junitxml`` is given."""
+    """A publishing sink and a pytest plugin, registered beside the controller when
+    ``--junitxml`` is given: :meth:`publish` keeps the report, and the file is changed
+    once junitxml has written it; ``note`` hears what went wrong then."""
 
-    def __init__(self, xmlpath: str, prefix: str, report: Callable[[], SessionReport | None],
-                 note: Callable[[str], None]) -> None:
+    name = "the JUnit properties"
+
+    def __init__(self, xmlpath: str, prefix: str, note: Callable[[str], None]) -> None:
         # junitxml resolves the path at configure time, against the invocation directory.
         self.path = Path(os.path.normpath(os.path.abspath(
             os.path.expanduser(os.path.expandvars(xmlpath)))))
         self.prefix = prefix
-        self.report = report
         self.note = note
+        self.report: SessionReport | None = None
+
+    def publish(self, report: SessionReport) -> Published:
+        from pytest_kernelfix.report.publish import Published
+
+        self.report = report
+        return Published()
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_sessionfinish(self) -> Generator[None, object, object]:
         # trylast: inside the terminal reporter's wrapper, so a note still reaches the summary
         result = yield
-        report = self.report()
+        report = self.report
         if report is not None and report.bugs:
             wanted = {junit_names(nodeid, self.prefix): properties
                       for nodeid, properties in bug_properties(report).items()}

@@ -3,9 +3,12 @@ controller, never a worker.
 
 It collects the failed tests that ``kernelfix_select`` chooses (the ``kernel`` marker
 by default) and the passing ones from the reports' records, heals after the run
-(:func:`pytest_kernelfix.session.pipeline.run_healing`), and prints the summary. A test that
-crashes an xdist worker is a failure to heal too (rerun alone in the sandbox first). It
-never changes a test outcome or the exit status.
+(:func:`pytest_kernelfix.session.pipeline.run_healing`), publishes the report once to
+every output the session asked for (:func:`pytest_kernelfix.report.publish.publish`), and
+prints the summary. It owns the session's reruns and their warm server (started at the
+first failure, ended with the session). A test that crashes an xdist worker is a failure
+to heal too (rerun alone in the sandbox first). It never changes a test outcome or the
+exit status.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from pytest_kernelfix.project import Project
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
     from pytest_kernelfix.report.artifacts import SessionReport
-    from pytest_kernelfix.rerun.launcher import RerunSetup
+    from pytest_kernelfix.report.publish import Sink
+    from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
     from pytest_kernelfix.session.pipeline import SessionInputs
 
 
@@ -44,7 +48,8 @@ def session_project(config: pytest.Config, settings: Settings) -> Project:
 
 def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> RerunSetup:
     """What every rerun of this session shares."""
-    from pytest_kernelfix.rerun.launcher import RerunSetup, carried_args
+    from pytest_kernelfix.rerun.args import carried_args
+    from pytest_kernelfix.rerun.launcher import RerunSetup
     from pytest_kernelfix.rerun.plan import device_plan
 
     cache_dir = settings.cache_root
@@ -118,16 +123,10 @@ class HealingController:
         self.selection = Selection.of(settings.select)
         self.project = session_project(config, settings)
         self.marked: set[str] = set()
-        self._warmed = False
         self.annotations: list[str] = []  # GitHub workflow commands, printed in the summary
-        self.ci_notes: list[str] = []  # about the CI outputs, written after the report
-        xmlpath = getattr(config.option, "xmlpath", None)
-        if xmlpath:
-            from pytest_kernelfix.report.junit import JUnitProperties
-
-            config.pluginmanager.register(JUnitProperties(
-                xmlpath, str(getattr(config.option, "junitprefix", None) or ""),
-                lambda: self.report, self.ci_notes.append), "kernelfix-junit")
+        self.ci_notes: list[str] = []  # about the outputs, written after the report
+        self.sinks: tuple[Sink, ...] = ()  # besides the report files and GitHub's outputs
+        self._reruns: Reruns | None = None
 
     @functools.cached_property
     def setup(self) -> RerunSetup:
@@ -155,15 +154,21 @@ class HealingController:
         elif report.passed:
             self.passed.append(captured)
 
+    @property
+    def reruns(self) -> Reruns:
+        """The session's runner, made on first use; it owns the warm servers."""
+        if self._reruns is None:
+            from pytest_kernelfix.rerun.launcher import Reruns
+
+            self._reruns = Reruns()
+        return self._reruns
+
     def _warm_reruns(self) -> None:
         """Start the rerun server at the first failure: its imports overlap the rest of
         the test run instead of delaying the first rerun."""
-        from pytest_kernelfix.rerun.launcher import prestart
-
         try:
-            prestart(self.setup)
-            self._warmed = True
-        except Exception:  # healing starts the server (or runs subprocesses) by itself
+            self.reruns.prestart(self.setup)
+        except Exception:  # the first rerun starts the server (or a subprocess) itself
             return
 
     @pytest.hookimpl(optionalhook=True)
@@ -197,10 +202,8 @@ class HealingController:
         try:
             self._heal_at_end(exitstatus)
         finally:
-            if self._warmed:
-                from pytest_kernelfix.rerun.launcher import close_servers
-
-                close_servers()
+            if self._reruns is not None:
+                self._reruns.close()
 
     def _heal_at_end(self, exitstatus: int) -> None:
         if not self.failures:
@@ -218,19 +221,18 @@ class HealingController:
             self.error = redact(
                 f"healing stopped by an internal error: {type(error).__name__}: {error}")
             return
-        self.publish_to_github()
+        self.publish()
 
-    def publish_to_github(self) -> None:
-        """In GitHub Actions: the step summary now, the annotations with the summary."""
-        from pytest_kernelfix.report.github import publish
+    def publish(self) -> None:
+        """Every output of the session, once: the report files, GitHub's step summary and
+        annotations, then the other sinks (JUnit)."""
+        from pytest_kernelfix.report.publish import GitHubActions, ReportFiles, publish
 
         if self.report is None:
             return
-        try:
-            self.annotations, notes = publish(self.report, os.environ)
-        except Exception as error:  # like healing, never a crash at session end
-            notes = [f"GitHub outputs not written: {type(error).__name__}: {error}"]
-        self.ci_notes.extend(notes)
+        done = publish(self.report, (ReportFiles(), GitHubActions(os.environ), *self.sinks))
+        self.annotations.extend(done.lines)
+        self.ci_notes.extend(done.notes)
 
     def inputs(self) -> SessionInputs:
         """The session's failures, passes and notes, and how reruns are made."""
@@ -251,7 +253,8 @@ class HealingController:
 
         inputs = self.inputs()
         stages = Stages(fixer=session_fixer(self.config, self.settings),
-                        guard=build_guard(inputs.project), progress=self._progress)
+                        guard=build_guard(inputs.project), runner=self.reruns,
+                        progress=self._progress)
         return run_healing(inputs, stages)
 
     def _progress(self, line: str) -> None:

@@ -1,14 +1,15 @@
-"""From captured failures to written artifacts: one healing session, start to end.
+"""From captured failures to a session report: one healing session, start to end.
 
 A pipeline of plain stages: group the failures into bugs, heal each bug in a sandbox (a
 baseline rerun first: :meth:`Verifier.triage` skips what is not the kernel's to heal),
-then write patches and reports, and with ``--kernelfix-apply`` the healed files. Bugs
-whose files do not overlap heal at the same time on up to ``--kernelfix-workers``
-threads, each with its own sandbox (:mod:`pytest_kernelfix.session.schedule`); the report keeps
-the grouping order. Knows no pytest hooks: the controller hands it plain data
-(:class:`SessionInputs`) and the parts a caller may swap (:class:`Stages`: the fixer,
-the guard, the rerun runner, the sandbox factory), so the whole session runs in a unit
-test with a fake runner.
+and with ``--kernelfix-apply`` write the healed files. Bugs whose files do not overlap
+heal at the same time on up to ``--kernelfix-workers`` threads, each with its own sandbox
+(:mod:`pytest_kernelfix.session.schedule`); the report keeps the grouping order. The
+report is data: the controller publishes it (:func:`pytest_kernelfix.report.publish.publish`).
+Knows no pytest hooks: the controller hands it plain data (:class:`SessionInputs`) and
+the parts a caller may swap (:class:`Stages`: the fixer, the guard, the rerun runner,
+the progress lines), so the whole session runs in a unit test with a fake runner. The
+runner's warm servers belong to whoever made the runner.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from filelock import FileLock
-
-from pytest_kernelfix.capture.errors import clean_log
+from pytest_kernelfix.capture.logs import clean_log
 from pytest_kernelfix.capture.records import Failure, PassedTest, Selection
 from pytest_kernelfix.config import Settings
-from pytest_kernelfix.fixers.base import Fixer, ProposalRequest
+from pytest_kernelfix.fixers.base import Fixer
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
 from pytest_kernelfix.heal.loop import heal
 from pytest_kernelfix.heal.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
@@ -34,19 +33,11 @@ from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regressio
 from pytest_kernelfix.locate.need import NeedResolver
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import BugReport, SessionReport, write_patches, write_reports
-from pytest_kernelfix.report.github import write_suggestions
+from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
 from pytest_kernelfix.report.writeback import StaleFileError, write_back
-from pytest_kernelfix.rerun.launcher import (
-    RerunResult,
-    RerunSetup,
-    RerunSpec,
-    RerunStats,
-    close_servers,
-    prestart,
-    run_tests,
-)
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats, run_tests
 from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.session.crashes import reproduce_crashes
 from pytest_kernelfix.session.schedule import chains, visible_gpus, worker_count, worker_env
@@ -202,7 +193,8 @@ class _Session:
 
 
 def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
-    """Heal every bug of the session; write patches, reports and (apply mode) files."""
+    """Heal every bug of the session (and, in apply mode, write the healed files); the
+    report, for the controller to publish."""
     started = time.monotonic()
     settings = inputs.settings
     project = inputs.project
@@ -213,29 +205,22 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
             exclude.append(folder.relative_to(project.root).as_posix())
     budget = Budget(settings.max_cost, settings.max_tokens)
     stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
-    warm = stages.runner is run_tests and bool(inputs.failures)
-    if warm:
-        prestart(inputs.setup)  # the server's imports overlap context building and fixers
-    try:
-        if any(failure.crashed for failure in inputs.failures):
-            inputs = _reproduce_crashes(inputs, stages, exclude)
-        groups = group_failures(inputs.failures, project, reach)
-        healable = groups[:settings.max_groups]
-        lanes = chains(healable)
-        gpus = visible_gpus() if inputs.device == "cuda" else ()
-        workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
-        session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
-        for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
-            session.results[index] = _skipped(
-                group, f"over the limit of {settings.max_groups} bugs per session "
-                       "(--kernelfix-max-groups)")
-        if workers == 1:
-            _heal_in_order([i for lane in lanes for i in lane], session)
-        else:
-            _heal_in_parallel(lanes, session)
-    finally:
-        if warm:
-            close_servers()
+    if any(failure.crashed for failure in inputs.failures):
+        inputs = _reproduce_crashes(inputs, stages, exclude)
+    groups = group_failures(inputs.failures, project, reach)
+    healable = groups[:settings.max_groups]
+    lanes = chains(healable)
+    gpus = visible_gpus() if inputs.device == "cuda" else ()
+    workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
+    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
+    for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
+        session.results[index] = _skipped(
+            group, f"over the limit of {settings.max_groups} bugs per session "
+                   "(--kernelfix-max-groups)")
+    if workers == 1:
+        _heal_in_order([i for lane in lanes for i in lane], session)
+    else:
+        _heal_in_parallel(lanes, session)
     results = [(group, session.results[index]) for index, group in enumerate(groups)]
     return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
                   workers=workers)
@@ -306,17 +291,11 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         return _skipped(group, f"cannot read the editable source: {error}")
     context = build_context(group, project, device=inputs.device,
                             checks=checks_for(inputs.setup.device))
-    verifier = Verifier(
-        sandbox,
-        inputs.setup,
-        group.nodeids,
-        regression_nodeids(group, inputs.passed, project, reach),
-        launched=[f.nodeid for f in group.failures if f.launches],
-        protected=project.protected_files(f.test_path for f in group.failures),
-        runner=stages.runner,
-    )
+    verifier = Verifier(sandbox, inputs.setup, group, project,
+                        regression=regression_nodeids(group, inputs.passed, project, reach),
+                        runner=stages.runner)
     try:
-        why_not = verifier.triage(verifier.baseline(originals), group.first)
+        why_not = verifier.triage(verifier.baseline(originals))
         if why_not:
             return _skipped(group, why_not)
 
@@ -333,20 +312,9 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             context, originals, fixer=stages.fixer, verify=verifier,
             rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
             resolve_need=NeedResolver(project, reach), tidy=tidy,
-            prompt_size=lambda request: first_prompt_chars(request, inputs.settings),
         )
     finally:
         verifier.restore()
-
-
-def first_prompt_chars(request: ProposalRequest, settings: Settings) -> int:
-    """The size of the prompt a model would get for ``request`` (0 if it cannot render)."""
-    from pytest_kernelfix.fixers.prompting import PromptError, prompt_chars
-
-    try:
-        return prompt_chars(request, prompts_dir=settings.prompts_dir)
-    except PromptError:
-        return 0
 
 
 def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult) -> (
@@ -374,36 +342,31 @@ def finish(
     inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float,
     *, reruns: Mapping[int, RerunStats], workers: int,
 ) -> SessionReport:
-    """Write patches and reports (and, in apply mode, the healed files); the report.
+    """The session's report; in apply mode the healed files are written first.
 
     ``reruns`` holds each bug's rerun statistics by its index in ``results``.
     """
     settings = inputs.settings
     report_dir = settings.report_dir
-    report_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(report_dir / ".report.lock"), timeout=120):
-        patches = write_patches(results, report_dir)
-        bugs = []
-        for index, (group, result) in enumerate(results):
-            applied: tuple[str, ...] = ()
-            error = ""
-            if settings.apply and result.status == HEALED and result.changed_files:
-                applied, error = _apply(report_dir, inputs.project, group, result)
-            bugs.append(BugReport(group, result, patches.get(group.id, ""), applied, error,
-                                  reruns.get(index, RerunStats())))
-        report = SessionReport(
-            bugs=tuple(bugs),
-            rootdir=inputs.project.root,
-            report_dir=report_dir,
-            mode="apply" if settings.apply else "report",
-            device=inputs.device,
-            model=settings.model,
-            seconds=seconds,
-            notes=inputs.notes,
-            workers=workers,
-            max_cost=settings.max_cost,
-            max_tokens=settings.max_tokens,
-        )
-        write_reports(report)
-        write_suggestions(report)
-    return report
+    bugs = []
+    for index, (group, result) in enumerate(results):
+        applied: tuple[str, ...] = ()
+        error = ""
+        if settings.apply and result.status == HEALED and result.changed_files:
+            applied, error = _apply(report_dir, inputs.project, group, result)
+        patch = patch_name(group) if result.status == HEALED and result.patch else ""
+        bugs.append(BugReport(group, result, patch, applied, error,
+                              reruns.get(index, RerunStats())))
+    return SessionReport(
+        bugs=tuple(bugs),
+        rootdir=inputs.project.root,
+        report_dir=report_dir,
+        mode="apply" if settings.apply else "report",
+        device=inputs.device,
+        model=settings.model,
+        seconds=seconds,
+        notes=inputs.notes,
+        workers=workers,
+        max_cost=settings.max_cost,
+        max_tokens=settings.max_tokens,
+    )

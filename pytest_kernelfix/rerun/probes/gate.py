@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.capture.launches import KernelLaunch, constexpr_value, python_function
+from pytest_kernelfix.rerun.report import GateResult
 from pytest_kernelfix.shim.devices import known_capabilities, shared_limit
 from pytest_kernelfix.target import cuda_capability
 
@@ -61,36 +62,6 @@ class GpuTarget:
         from triton.backends.compiler import GPUTarget
 
         return GPUTarget(self.backend, self.arch, self.warp_size)
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """The verdict on one launch; ``error`` is empty when ok, or a note when skipped."""
-
-    kernel: str
-    file: str
-    line: int
-    ok: bool
-    error: str
-    shared: int
-    seconds: float
-    cached: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> GateResult:
-        return cls(
-            kernel=str(data["kernel"]),
-            file=str(data["file"]),
-            line=int(data["line"]),
-            ok=bool(data["ok"]),
-            error=str(data.get("error", "")),
-            shared=int(data.get("shared", 0)),
-            seconds=float(data.get("seconds", 0.0)),
-            cached=bool(data.get("cached", False)),
-        )
 
 
 def parse_target(text: str, *, require_backend: bool = True) -> GpuTarget:

@@ -9,7 +9,7 @@ agent and shim modules, torch, triton, numpy) and nothing of the project, then w
 Each rerun is a child forked from it (:mod:`.child`): it starts its own session (its pid
 is its process group id), points fds 0-2 at the log, takes the request's working
 directory, environment and ``sys.argv``, and runs
-:func:`pytest_kernelfix.rerun.child.agent.main`, exactly what a fresh child runs, then leaves
+:func:`pytest_kernelfix.rerun.child.bootstrap.main`, exactly what a fresh child runs, then leaves
 with ``os._exit`` after the ``atexit`` handlers: nothing comes back into the server.
 
 The server (:mod:`.server`), not the session, owns each child: it waits for it without
@@ -33,8 +33,7 @@ from pytest_kernelfix.rerun.server.client import (
     ForkResult,
     ForkUnavailable,
     RerunServer,
-    close_servers,
-    server_for,
+    ServerPool,
     unavailable_reason,
 )
 from pytest_kernelfix.rerun.server.wire import PROFILE_ENV
@@ -45,7 +44,6 @@ __all__ = [
     "ForkResult",
     "ForkUnavailable",
     "RerunServer",
-    "close_servers",
-    "server_for",
+    "ServerPool",
     "unavailable_reason",
 ]

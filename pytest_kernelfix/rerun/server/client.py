@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,51 +204,75 @@ def _tail(path: Path, size: int = 1500) -> str:
     return " | ".join(lines[-6:])
 
 
-# -- this process's servers --------------------------------------------------------------
-
-_servers: dict[tuple[Any, ...], RerunServer] = {}
-_starts: dict[tuple[Any, ...], int] = {}
-_failures: dict[tuple[Any, ...], str] = {}
-_registry_lock = threading.Lock()
+# -- the servers of one owner -------------------------------------------------------------
 
 
-def server_for(python: str, env: Mapping[str, str], original_root: Path) -> RerunServer:
-    """The running server for this interpreter, environment and project, started on
-    first use (and again after it died, a few times). Raises :class:`ForkUnavailable`
-    when none can be had."""
-    key = (python, str(original_root), tuple(sorted(server_env(env).items())))
-    with _registry_lock:
-        server = _servers.get(key)
-        if server is not None and server.alive:
-            _servers[key] = _servers.pop(key)  # most recently used last
+class ServerPool:
+    """The rerun servers one owner (a session, a test) started, one per interpreter,
+    environment and project, and closed together by :meth:`close`.
+
+    A pool left open is closed when the process exits, but an owner closes its own: a
+    server is a process and a temporary directory.
+    """
+
+    def __init__(self) -> None:
+        self._servers: dict[tuple[Any, ...], RerunServer] = {}
+        self._starts: dict[tuple[Any, ...], int] = {}
+        self._failures: dict[tuple[Any, ...], str] = {}
+        self._lock = threading.Lock()
+        _open_pools.add(self)
+
+    def server_for(self, python: str, env: Mapping[str, str], original_root: Path
+                   ) -> RerunServer:
+        """The running server for this interpreter, environment and project, started on
+        first use (and again after it died, a few times). Raises :class:`ForkUnavailable`
+        when none can be had."""
+        key = (python, str(original_root), tuple(sorted(server_env(env).items())))
+        with self._lock:
+            server = self._servers.get(key)
+            if server is not None and server.alive:
+                self._servers[key] = self._servers.pop(key)  # most recently used last
+                return server
+            if server is not None:
+                self._failures[key] = server.failure or server.state("")
+                del self._servers[key]
+                server.close()
+            if self._starts.get(key, 0) >= MAX_STARTS:
+                raise ForkUnavailable(f"the rerun server failed {MAX_STARTS} times; last: "
+                                      f"{self._failures.get(key, 'unknown')}")
+            while len(self._servers) >= MAX_SERVERS:
+                self._servers.pop(next(iter(self._servers))).close()
+            self._starts[key] = self._starts.get(key, 0) + 1
+            try:
+                server = RerunServer(python, env, original_root)
+            except OSError as error:
+                raise ForkUnavailable(
+                    f"the rerun server could not be started: {error}") from None
+            self._servers[key] = server
             return server
-        if server is not None:
-            _failures[key] = server.failure or server.state("")
-            del _servers[key]
+
+    @property
+    def servers(self) -> tuple[RerunServer, ...]:
+        with self._lock:
+            return tuple(self._servers.values())
+
+    def close(self) -> None:
+        """End every server of this pool."""
+        with self._lock:
+            servers = list(self._servers.values())
+            self._servers.clear()
+            self._starts.clear()
+            self._failures.clear()
+        _open_pools.discard(self)
+        for server in servers:
             server.close()
-        if _starts.get(key, 0) >= MAX_STARTS:
-            raise ForkUnavailable(f"the rerun server failed {MAX_STARTS} times; last: "
-                                  f"{_failures.get(key, 'unknown')}")
-        while len(_servers) >= MAX_SERVERS:
-            _servers.pop(next(iter(_servers))).close()
-        _starts[key] = _starts.get(key, 0) + 1
-        try:
-            server = RerunServer(python, env, original_root)
-        except OSError as error:
-            raise ForkUnavailable(f"the rerun server could not be started: {error}") from None
-        _servers[key] = server
-        return server
 
 
-def close_servers() -> None:
-    """End every server of this process (the end of a session; also run at exit)."""
-    with _registry_lock:
-        servers = list(_servers.values())
-        _servers.clear()
-        _starts.clear()
-        _failures.clear()
-    for server in servers:
-        server.close()
+_open_pools: weakref.WeakSet[ServerPool] = weakref.WeakSet()
 
 
-atexit.register(close_servers)
+@atexit.register
+def _close_open_pools() -> None:
+    """The safety net: no server outlives the process that started it."""
+    for pool in list(_open_pools):
+        pool.close()

@@ -5,7 +5,7 @@ session and process group, fds 0-2 on ``/dev/null`` and the log, the request's w
 directory, environment and ``sys.argv``, the signal dispositions of a new interpreter,
 NumPy's global random state drawn anew (``random`` reseeds itself after a fork), and
 none of the server's sockets. The agent's set-up then maps imports onto the sandbox as in
-any child (:func:`pytest_kernelfix.rerun.child.agent.main`). The child leaves like an
+any child (:func:`pytest_kernelfix.rerun.child.bootstrap.main`). The child leaves like an
 interpreter (threads joined, ``atexit`` handlers run, streams flushed) but through
 ``os._exit``: control never returns to the server's loop.
 """
@@ -51,7 +51,7 @@ def child_main(argv: list[str], cwd: str, env: dict[str, str], log: str,
 
 
 def _run_agent() -> int:
-    from pytest_kernelfix.rerun.child.agent import main
+    from pytest_kernelfix.rerun.child.bootstrap import main
 
     profile = os.environ.get(PROFILE_ENV)
     profiler: Any = None

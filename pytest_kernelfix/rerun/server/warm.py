@@ -22,6 +22,7 @@ from typing import Any
 
 #: Modules every rerun child imports before its conftest files, besides pytest.
 WARM_MODULES = (
+    "pytest_kernelfix.rerun.child.bootstrap",
     "pytest_kernelfix.rerun.child.agent",
     "pytest_kernelfix.config",
     "pytest_kernelfix.hookspecs",

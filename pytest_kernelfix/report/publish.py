@@ -1,0 +1,81 @@
+"""Every output of a session, written once, from one report.
+
+The controller calls :func:`publish` once with the session's report and the sinks the
+session asked for: the files in the report dir (:class:`ReportFiles`: patches,
+report.json, report.md, suggestions.rdjson), GitHub's step summary and annotations
+(:class:`GitHubActions`), and JUnit XML properties
+(:class:`~pytest_kernelfix.report.junit.JUnitProperties`, which writes once pytest's
+junitxml has). A sink that fails costs its own output and a note, never the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from filelock import FileLock
+
+from pytest_kernelfix.report.artifacts import SessionReport, write_patches, write_reports
+from pytest_kernelfix.report.github import github_outputs, write_suggestions
+
+
+@dataclass(frozen=True)
+class Published:
+    """What publishing leaves for the terminal: ``lines`` printed with the summary
+    (GitHub reads workflow commands from the log) and ``notes`` on what went wrong."""
+
+    lines: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __add__(self, other: Published) -> Published:
+        return Published(self.lines + other.lines, self.notes + other.notes)
+
+
+class Sink(Protocol):
+    """One kind of output of a session."""
+
+    name: str
+
+    def publish(self, report: SessionReport) -> Published: ...
+
+
+class ReportFiles:
+    """Patches, report.json, report.md and suggestions.rdjson in the report dir, written
+    under a lock on the report dir (xdist sessions and concurrent runs share it)."""
+
+    name = "the report files"
+
+    def publish(self, report: SessionReport) -> Published:
+        report.report_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(report.report_dir / ".report.lock"), timeout=120):
+            write_patches(report)
+            write_reports(report)
+            write_suggestions(report)
+        return Published()
+
+
+class GitHubActions:
+    """In GitHub Actions: report.md appended to the step summary, one annotation per bug.
+    Reads the report files, so it comes after :class:`ReportFiles`."""
+
+    name = "the GitHub outputs"
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+
+    def publish(self, report: SessionReport) -> Published:
+        lines, notes = github_outputs(report, self.environ)
+        return Published(tuple(lines), tuple(notes))
+
+
+def publish(report: SessionReport, sinks: Iterable[Sink]) -> Published:
+    """Hand ``report`` to every sink in order."""
+    published = Published()
+    for sink in sinks:
+        try:
+            published += sink.publish(report)
+        except Exception as error:  # one output lost, never the session
+            published += Published(notes=(
+                f"{sink.name} were not written: {type(error).__name__}: {error}",))
+    return published
