@@ -9,9 +9,12 @@ has them, and puts back the ones ``new_string`` has: a quote whose last line was
 but whose line break was kept leaves that line break in the file, as a plain replacement
 would. Inside the lines, ``new_string`` is re-indented (:mod:`~pytest_kernelfix.engine.indent`).
 
-Two exceptions, both what a user means: a blank ``new_string`` on whole lines deletes
-those lines with their terminator, and later guesses (tried only when a Python result
-does not parse) re-indent differently or keep the file's line breaks at the ends.
+Exceptions, all what a user means: a line break that a non-blank ``new_string`` dropped
+from its end is kept (so is one dropped from its start where it ends a line the quote
+leaves in the file): ``str.replace`` would join two lines, which no model means; a blank
+``new_string`` on whole lines deletes those lines with their terminator; and later
+guesses (tried only when a Python result does not parse) re-indent differently or keep
+the file's line breaks at the ends.
 """
 
 from __future__ import annotations
@@ -144,13 +147,42 @@ def _core_lines(text: str, match: Match) -> tuple[int, int, bool]:
 
 def _plain(text: str, match: Match, old: str, new: str, style: Style, keep_breaks: bool) -> Edit:
     """``new`` exactly where ``old`` was, in the file's newline and indentation characters."""
+    at_line_start = match.start == 0 or text[match.start - 1] == "\n"
     if keep_breaks:
         new = _with_breaks(new, old)
+    else:
+        new = _restored(old, new, joins_before=not at_line_start)
     lines = new.split("\n")
-    at_line_start = match.start == 0 or text[match.start - 1] == "\n"
     head = restyle(lines[0], 0, style) if at_line_start else lines[0]
     rest = [restyle(line, 0, style) for line in lines[1:]]
     return Edit(match.start, match.end, style.newline.join([head, *rest]))
+
+
+def _restored(old: str, new: str, *, joins_before: bool) -> str:
+    """``new`` with the line breaks it dropped from its ends put back, if it has text.
+
+    A line break ends the line before it. The one ``old`` ends with ends its last line,
+    which ``new`` rewrote, so the replacement ends where the quote ended (blank lines
+    quoted before that point go, as quoted). The one ``old`` starts with ends the line
+    before the quote: kept only when that line keeps text outside the quote
+    (``joins_before``); an empty line the quote covers whole goes, as quoted.
+    """
+    if not new.strip():
+        return new
+    if _break_at_end(old) and not _break_at_end(new):
+        new += old[old.rindex("\n") :]
+    if joins_before and _break_at_start(old) and not _break_at_start(new):
+        new = old[: old.index("\n") + 1] + new
+    return new
+
+
+def _break_at_end(text: str) -> bool:
+    """Whether a line break follows the last non-blank character (blanks around it aside)."""
+    return "\n" in text[len(text.rstrip()) :]
+
+
+def _break_at_start(text: str) -> bool:
+    return "\n" in text[: len(text) - len(text.lstrip())]
 
 
 def _with_breaks(new: str, old: str) -> str:
@@ -178,15 +210,21 @@ def _whole_lines(
     room being the breaks up to the next code); the replacement puts back the ``j`` that
     new_string has, less the ``k - c`` the file lacked: the plain replacement of the span
     old_string stands for. A blank new_string without a line break deletes the lines.
+    A non-blank one that dropped the line break old_string ends with gets one back, and
+    one that dropped the line break it starts with, where that ends a line of the file
+    outside the match, too (see :func:`_restored`).
     """
     view = text_view(text)
     old_lines, new_lines = _unframed(old.split("\n"), new.split("\n"))
     k_lead, old_core, k_tail = _edges(old_lines)
     j_lead, new_core, j_tail = _edges(new_lines)
-    if guess.keep_breaks:
-        j_lead, j_tail = k_lead, k_tail
     room_lead, room_tail = _room(view, first, last)
     c_lead, c_tail = min(k_lead, room_lead), min(k_tail, room_tail)
+    if guess.keep_breaks:
+        j_lead, j_tail = k_lead, k_tail
+    elif new_core:  # line breaks new_string dropped from its ends, as in _restored
+        j_tail = j_tail or min(k_tail, 1)
+        j_lead = j_lead or int(bool(c_lead and view.raw[first - c_lead]))
     if not new_core and len(new_lines) == 1:
         return _deletion(view, first, last, c_lead, c_tail)
     if new_core:
