@@ -340,3 +340,38 @@ def test_a_blank_line_quoted_at_the_start_is_still_dropped() -> None:
     result = apply(WRAPPER, Modification(old, new))
     assert result.code == WRAPPER.replace(old, new)
     assert "out)\n    _attn_fwd[(q.shape[0], 1)](" in result.code
+
+
+# --- line breaks next to an elision line ------------------------------------------------
+#
+# A piece of an elided quote that an elision line follows does not end where the quote
+# ends: a blank line quoted before the elision line and left out of new_string is dropped,
+# as written, and the line break is kept only where the code after it would be joined on.
+
+ELIDED = "    # ... existing code ...\n"
+SPACED = "def f():\n    a = 1\n\n    x = 2\n    b = 4\n    c = 5\n"
+TIGHT = SPACED.replace("\n\n", "\n")
+A_CHANGED = "def f():\n    a = 10\n    x = 2\n    b = 4\n    c = 5\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "old", "new", "expected"),
+    [
+        # the quoted blank line is in the file: dropped, as quoted
+        (SPACED, f"    a = 1\n\n{ELIDED}    b = 4", f"    a = 10\n{ELIDED}    b = 4", A_CHANGED),
+        (SPACED, f"    a = 1\n\n{ELIDED}", f"    a = 10\n{ELIDED}", A_CHANGED),
+        # the quoted blank line is not in the file: the elided code is not joined on
+        (TIGHT, f"    a = 1\n\n{ELIDED}    b = 4", f"    a = 10\n{ELIDED}    b = 4", A_CHANGED),
+        (TIGHT, f"    a = 1\n\n{ELIDED}", f"    a = 10\n{ELIDED}", A_CHANGED),
+        (
+            SPACED,
+            f"    x = 2\n{ELIDED}    b = 4\n\n{ELIDED}",
+            f"    x = 2\n{ELIDED}    b = 40\n{ELIDED}",
+            SPACED.replace("b = 4", "b = 40"),
+        ),
+    ],
+)
+def test_a_line_break_next_to_an_elision_line_joins_no_lines(
+    content: str, old: str, new: str, expected: str
+) -> None:
+    assert apply(content, Modification(old, new), path="notes.txt").code == expected

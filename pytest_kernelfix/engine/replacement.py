@@ -75,9 +75,13 @@ def edits_for(
     old_parts = _elided_pieces(old)
     new_parts = _elided_pieces(new)
     if len(new_parts) == len(old_parts):
+        # A piece that an elision line follows does not end where the quote ends.
+        closed = -1 if _elides_at_end(old.split("\n")) else len(old_parts) - 1
+        olds, news = map("\n".join, old_parts), map("\n".join, new_parts)
+        pieces = enumerate(zip(match.parts, olds, news, strict=True))
         return [
-            _edit(text, part, "\n".join(o), "\n".join(n), style, guess, literal=False)
-            for part, o, n in zip(match.parts, old_parts, new_parts, strict=True)
+            _edit(text, part, o, n, style, guess, literal=False, open_end=index != closed)
+            for index, (part, o, n) in pieces
         ]
     if len(new_parts) > 1:
         raise Failed(
@@ -117,8 +121,10 @@ def _edit(
     *,
     reference: tuple[Sequence[str], Sequence[str]] | None = None,
     literal: bool = True,
+    open_end: bool = False,
 ) -> Edit:
-    """One match's edit. ``literal``: ``old`` is exactly what the match searched for."""
+    """One match's edit. ``literal``: ``old`` is exactly what the match searched for;
+    ``open_end``: an elision line follows ``old`` in the quote."""
     first, last, whole = _core_lines(text, match)
     deletes = not new.strip() and "\n" not in new
     if not whole:
@@ -130,7 +136,7 @@ def _edit(
         indent = text[view.starts[view.line_of(match.start)] : match.start]
         if not indent or indent.strip():  # not lines copied without their indentation
             return _plain(text, match, old, new, style, guess.keep_breaks)
-    return _whole_lines(text, first, last, old, new, style, guess, reference)
+    return _whole_lines(text, first, last, old, new, style, guess, reference, open_end)
 
 
 def _core_lines(text: str, match: Match) -> tuple[int, int, bool]:
@@ -203,6 +209,7 @@ def _whole_lines(
     style: Style,
     guess: Guess,
     reference: tuple[Sequence[str], Sequence[str]] | None,
+    open_end: bool = False,
 ) -> Edit:
     """Replace lines ``first..last``, plus the line breaks old_string quotes around them.
 
@@ -210,11 +217,12 @@ def _whole_lines(
     room being the breaks up to the next code); the replacement puts back the ``j`` that
     new_string has, less the ``k - c`` the file lacked: the plain replacement of the span
     old_string stands for. A blank new_string without a line break deletes the lines.
-    A non-blank one that dropped the line break old_string ends with gets one back, and
-    one that dropped the line break it starts with, where that ends a line of the file
-    outside the match, too (see :func:`_restored`).
+    A non-blank one that dropped the line break old_string ends with gets one back (see
+    :func:`_restored`); where it would otherwise be joined onto a line of the file outside
+    the match, at its start or at an end next to an elision line (``open_end``), too.
     """
     view = text_view(text)
+    open_end = open_end or _elides_at_end(old.split("\n"))
     old_lines, new_lines = _unframed(old.split("\n"), new.split("\n"))
     k_lead, old_core, k_tail = _edges(old_lines)
     j_lead, new_core, j_tail = _edges(new_lines)
@@ -223,8 +231,8 @@ def _whole_lines(
     if guess.keep_breaks:
         j_lead, j_tail = k_lead, k_tail
     elif new_core:  # line breaks new_string dropped from its ends, as in _restored
-        j_tail = j_tail or min(k_tail, 1)
-        j_lead = j_lead or int(bool(c_lead and view.raw[first - c_lead]))
+        j_lead = j_lead or _onto(view, first - c_lead, c_lead)
+        j_tail = j_tail or (_onto(view, last + c_tail, c_tail) if open_end else min(k_tail, 1))
     if not new_core and len(new_lines) == 1:
         return _deletion(view, first, last, c_lead, c_tail)
     if new_core:
@@ -255,6 +263,18 @@ def _unframed(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
             if mirror is not None and is_elision(new[mirror]):
                 new = new[mirror + 1 :] if edge == 0 else new[:mirror]
     return old, new
+
+
+def _elides_at_end(lines: list[str]) -> bool:
+    """Whether the last non-blank line is an elision: the text ends beyond the quote."""
+    last = _outer(lines, -1)
+    return last is not None and is_elision(lines[last])
+
+
+def _onto(view: TextView, line: int, taken: int) -> int:
+    """1 when a replacement without a line break at this end would be joined onto the
+    text of ``line``: the match took line breaks up to it, and it is not empty."""
+    return int(bool(taken and view.raw[line]))
 
 
 def _outer(lines: list[str], edge: int) -> int | None:
