@@ -61,6 +61,7 @@ APPLY_KINDS = (
     "continuation lines",
     "2,000-line module",
     "long block, 2,000 lines",
+    "final line break dropped",
 )
 REFUSE_KINDS = ("hallucinated", "ambiguous, no anchor")
 EITHER_KINDS = ("near-twin typo",)
@@ -551,10 +552,18 @@ def edges(text: str) -> tuple[int, str, int]:
 def plain_expected(content: str, exact_old: str, exact_new: str) -> str | None:
     """The file after a plain replacement of the (unique) exact quote.
 
-    Where that does not parse (line breaks at the ends joined two lines), the engine keeps
-    the file's line breaks at the ends instead, as documented; None when neither parses.
+    A line break that a non-blank new_string dropped is kept: at its end always, at its
+    start where it ends a line with text outside the quote. Where the result does not
+    parse (line breaks new_string added joined or split code), the engine keeps the file's
+    line breaks at the ends instead, as documented; None when neither parses.
     """
     start = content.index(exact_old)
+    if exact_new.strip():
+        if exact_old.endswith("\n") and not exact_new.endswith("\n"):
+            exact_new += "\n"
+        joins = start > 0 and content[start - 1] != "\n"
+        if joins and exact_old.startswith("\n") and not exact_new.startswith("\n"):
+            exact_new = "\n" + exact_new
     plain = content[:start] + exact_new + content[start + len(exact_old) :]
     if parses(plain):
         return plain
@@ -702,6 +711,51 @@ def _continuation(kind: str, builder: Builder) -> Case | None:
     return builder.case(kind, old_m, new_m, builder.expected(first, last, fixed))
 
 
+# Where a line break dropped from the end of new_string would join the next line onto
+# the edit, and the result often still parse: (old line, the line after it).
+SITES: dict[str, Callable[[str, str], bool]] = {
+    "blank line": lambda line, after: not after.strip(),
+    "comment": lambda line, after: after.lstrip().startswith("#"),
+    "parameter": lambda line, after: line.rstrip().endswith(",") and bool(after.strip()),
+    "deeper line": lambda line, after: (
+        line.rstrip().endswith(":") and len(indent_of(after)) > len(indent_of(line))
+    ),
+}
+
+
+def _dropped_break(kind: str, builder: Builder) -> Case | None:
+    """Whole lines quoted with their final line break, new_string without it (the model
+    dropped it), before a blank line, a comment, a deeper line or inside a parameter
+    list; the fix mostly on the last line. The line break stays in the file."""
+    lines, rng = builder.lines, builder.rng
+    fits = SITES[rng.choice(list(SITES))]
+    spots = [
+        i
+        for i in range(len(lines) - 1)
+        if lines[i].strip() and not lines[i].rstrip().endswith("\\") and fits(*lines[i : i + 2])
+    ]
+    rng.shuffle(spots)
+    for last in spots[:20]:
+        first = max(0, last - rng.randint(0, 3))
+        if lines[first].strip() and builder.unique(first, last):
+            break
+    else:
+        return None
+    old = lines[first : last + 1]
+    new = builder.changed(first, last, line=last - first if rng.random() < 0.7 else None)
+    how = rng.choice(("exact", "exact", "dedented", "inner whitespace", "one-char typo"))
+    if how == "one-char typo" and not any(len(line.strip()) >= 12 for line in old):
+        how = "exact"
+    moved = TRANSFORMS[how](old, new, builder, first, last)
+    if moved is None:
+        return None
+    content, expected = builder.source.text, builder.expected(first, last, new)
+    if rng.random() < 0.25:
+        content, expected = content.replace("\n", "\r\n"), expected.replace("\n", "\r\n")
+    mod = Modification(moved[0] + "\n", moved[1])
+    return Case(kind, builder.source.name, content, mod, expected)
+
+
 LARGE_MIX = (
     "one-char typo",
     "inner whitespace",
@@ -742,7 +796,11 @@ NEW_KINDS: dict[str, Callable[[str, Builder], Case | None]] = {
     "continuation lines": _continuation,
     "2,000-line module": _large,
     "long block, 2,000 lines": _long_block,
+    "final line break dropped": _dropped_break,
 }
+# Kinds added later are drawn after all others, so a seed still draws the same cases for
+# the kinds before them.
+LATER_KINDS = ("final line break dropped",)
 LARGE_KINDS = ("2,000-line module", "long block, 2,000 lines")
 
 
@@ -754,7 +812,8 @@ def build_corpus(seed: int, per_kind: int) -> list[Case]:
     rng = random.Random(seed)
     large = SOURCES[-1]
     cases = []
-    for kind in (*APPLY_KINDS, *REFUSE_KINDS, *EITHER_KINDS):
+    kinds = (*APPLY_KINDS, *REFUSE_KINDS, *EITHER_KINDS)
+    for kind in (*(k for k in kinds if k not in LATER_KINDS), *LATER_KINDS):
         made, attempts = 0, 0
         while made < per_kind and attempts < per_kind * 30:
             attempts += 1
@@ -858,6 +917,7 @@ def main() -> None:
         tally.first_times.append(first)
         if outcome == "wrong":
             wrongs.append(case)
+    tallies = {k: tallies[k] for k in (*APPLY_KINDS, *REFUSE_KINDS, *EITHER_KINDS) if k in tallies}
     largest = max(s.text.count("\n") for s in SOURCES)
     print(
         f"{len(cases)} cases from {len(SOURCES) + len(LARGE)} kernel modules (up to {largest} "

@@ -229,12 +229,33 @@ def exact_quote(draw: st.DrawFn) -> tuple[str, str, str]:
     return text, old, new
 
 
+def intended(text: str, old: str, new: str) -> str:
+    """What replaces the quote: new_string, with the line breaks it dropped put back.
+
+    A non-blank new_string without a line break after its text, for a quote with one,
+    ends where the quote ended (its last line break and what follows it); one without a
+    line break before its text, for a quote that starts with one ending a line it leaves
+    in the file, starts where the quote started. Everything else is ``str.replace``.
+    """
+    if not new.strip():
+        return new
+    if "\n" in old[len(old.rstrip()) :] and "\n" not in new[len(new.rstrip()) :]:
+        new += old[old.rindex("\n") :]
+    start = text.index(old)
+    head = old[: len(old) - len(old.lstrip())]
+    joins = start > 0 and text[start - 1] != "\n"
+    if joins and "\n" in head and "\n" not in new[: len(new) - len(new.lstrip())]:
+        new = old[: old.index("\n") + 1] + new
+    return new
+
+
 @PROPERTY
 @given(exact_quote(), st.booleans())
-def test_an_exact_quote_is_replaced_like_str_replace(
+def test_an_exact_quote_is_replaced_like_str_replace_keeping_dropped_line_breaks(
     case: tuple[str, str, str], crlf: bool
 ) -> None:
     text, old, new = case
+    replacement = intended(text, old, new)
     if crlf:
         assume("\n" in text)  # a file without line breaks has no newline style to follow
         text = text.replace("\n", "\r\n")
@@ -242,8 +263,19 @@ def test_an_exact_quote_is_replaced_like_str_replace(
     assert result.success, result.errors
     assert result.levels == ("exact",)
     newline = "\r\n" if crlf else "\n"
-    expected = text.replace(old.replace("\n", newline), new.replace("\n", newline), 1)
+    expected = text.replace(old.replace("\n", newline), replacement.replace("\n", newline), 1)
     assert result.code == expected
+
+
+@PROPERTY
+@given(exact_quote())
+def test_an_exact_quote_ending_with_a_line_break_keeps_it(case: tuple[str, str, str]) -> None:
+    text, old, new = case
+    new = new.rstrip()  # the model dropped the line break (and any blank line) at the end
+    assume(old.endswith("\n") and new.strip())
+    assume("\n" not in old[: len(old) - len(old.lstrip())])  # the start is another rule
+    result = apply_modifications(text, [Modification(old, new)], path="k.txt")
+    assert result.code == text.replace(old, new + "\n", 1)
 
 
 @PROPERTY
@@ -323,5 +355,8 @@ def test_line_breaks_at_the_ends_of_a_tolerant_match_are_a_plain_replacement(
     assert result.success, result.errors
     start = len(join([*above, *[""] * blank_above], bool(above or blank_above))) - k_lead
     end = start + k_lead + len("\n".join(block)) + k_tail
+    # A line break the quote ends with is kept where new_string drops it (the quote never
+    # starts with the line break of a line of code here: k_lead <= blank_above).
+    j_tail = j_tail or min(k_tail, 1)
     expected_new = "\n" * j_lead + "\n".join(fixed) + "\n" * j_tail
     assert result.code == text[:start] + expected_new + text[end:]

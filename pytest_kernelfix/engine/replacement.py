@@ -9,9 +9,12 @@ has them, and puts back the ones ``new_string`` has: a quote whose last line was
 but whose line break was kept leaves that line break in the file, as a plain replacement
 would. Inside the lines, ``new_string`` is re-indented (:mod:`~pytest_kernelfix.engine.indent`).
 
-Two exceptions, both what a user means: a blank ``new_string`` on whole lines deletes
-those lines with their terminator, and later guesses (tried only when a Python result
-does not parse) re-indent differently or keep the file's line breaks at the ends.
+Exceptions, all what a user means: a line break that a non-blank ``new_string`` dropped
+from its end is kept (so is one dropped from its start where it ends a line the quote
+leaves in the file): ``str.replace`` would join two lines, which no model means; a blank
+``new_string`` on whole lines deletes those lines with their terminator; and later
+guesses (tried only when a Python result does not parse) re-indent differently or keep
+the file's line breaks at the ends.
 """
 
 from __future__ import annotations
@@ -72,9 +75,13 @@ def edits_for(
     old_parts = _elided_pieces(old)
     new_parts = _elided_pieces(new)
     if len(new_parts) == len(old_parts):
+        # A piece that an elision line follows does not end where the quote ends.
+        closed = -1 if _elides_at_end(old.split("\n")) else len(old_parts) - 1
+        olds, news = map("\n".join, old_parts), map("\n".join, new_parts)
+        pieces = enumerate(zip(match.parts, olds, news, strict=True))
         return [
-            _edit(text, part, "\n".join(o), "\n".join(n), style, guess, literal=False)
-            for part, o, n in zip(match.parts, old_parts, new_parts, strict=True)
+            _edit(text, part, o, n, style, guess, literal=False, open_end=index != closed)
+            for index, (part, o, n) in pieces
         ]
     if len(new_parts) > 1:
         raise Failed(
@@ -114,8 +121,10 @@ def _edit(
     *,
     reference: tuple[Sequence[str], Sequence[str]] | None = None,
     literal: bool = True,
+    open_end: bool = False,
 ) -> Edit:
-    """One match's edit. ``literal``: ``old`` is exactly what the match searched for."""
+    """One match's edit. ``literal``: ``old`` is exactly what the match searched for;
+    ``open_end``: an elision line follows ``old`` in the quote."""
     first, last, whole = _core_lines(text, match)
     deletes = not new.strip() and "\n" not in new
     if not whole:
@@ -127,7 +136,7 @@ def _edit(
         indent = text[view.starts[view.line_of(match.start)] : match.start]
         if not indent or indent.strip():  # not lines copied without their indentation
             return _plain(text, match, old, new, style, guess.keep_breaks)
-    return _whole_lines(text, first, last, old, new, style, guess, reference)
+    return _whole_lines(text, first, last, old, new, style, guess, reference, open_end)
 
 
 def _core_lines(text: str, match: Match) -> tuple[int, int, bool]:
@@ -144,13 +153,42 @@ def _core_lines(text: str, match: Match) -> tuple[int, int, bool]:
 
 def _plain(text: str, match: Match, old: str, new: str, style: Style, keep_breaks: bool) -> Edit:
     """``new`` exactly where ``old`` was, in the file's newline and indentation characters."""
+    at_line_start = match.start == 0 or text[match.start - 1] == "\n"
     if keep_breaks:
         new = _with_breaks(new, old)
+    else:
+        new = _restored(old, new, joins_before=not at_line_start)
     lines = new.split("\n")
-    at_line_start = match.start == 0 or text[match.start - 1] == "\n"
     head = restyle(lines[0], 0, style) if at_line_start else lines[0]
     rest = [restyle(line, 0, style) for line in lines[1:]]
     return Edit(match.start, match.end, style.newline.join([head, *rest]))
+
+
+def _restored(old: str, new: str, *, joins_before: bool) -> str:
+    """``new`` with the line breaks it dropped from its ends put back, if it has text.
+
+    A line break ends the line before it. The one ``old`` ends with ends its last line,
+    which ``new`` rewrote, so the replacement ends where the quote ended (blank lines
+    quoted before that point go, as quoted). The one ``old`` starts with ends the line
+    before the quote: kept only when that line keeps text outside the quote
+    (``joins_before``); an empty line the quote covers whole goes, as quoted.
+    """
+    if not new.strip():
+        return new
+    if _break_at_end(old) and not _break_at_end(new):
+        new += old[old.rindex("\n") :]
+    if joins_before and _break_at_start(old) and not _break_at_start(new):
+        new = old[: old.index("\n") + 1] + new
+    return new
+
+
+def _break_at_end(text: str) -> bool:
+    """Whether a line break follows the last non-blank character (blanks around it aside)."""
+    return "\n" in text[len(text.rstrip()) :]
+
+
+def _break_at_start(text: str) -> bool:
+    return "\n" in text[: len(text) - len(text.lstrip())]
 
 
 def _with_breaks(new: str, old: str) -> str:
@@ -171,6 +209,7 @@ def _whole_lines(
     style: Style,
     guess: Guess,
     reference: tuple[Sequence[str], Sequence[str]] | None,
+    open_end: bool = False,
 ) -> Edit:
     """Replace lines ``first..last``, plus the line breaks old_string quotes around them.
 
@@ -178,15 +217,22 @@ def _whole_lines(
     room being the breaks up to the next code); the replacement puts back the ``j`` that
     new_string has, less the ``k - c`` the file lacked: the plain replacement of the span
     old_string stands for. A blank new_string without a line break deletes the lines.
+    A non-blank one that dropped the line break old_string ends with gets one back (see
+    :func:`_restored`); where it would otherwise be joined onto a line of the file outside
+    the match, at its start or at an end next to an elision line (``open_end``), too.
     """
     view = text_view(text)
+    open_end = open_end or _elides_at_end(old.split("\n"))
     old_lines, new_lines = _unframed(old.split("\n"), new.split("\n"))
     k_lead, old_core, k_tail = _edges(old_lines)
     j_lead, new_core, j_tail = _edges(new_lines)
-    if guess.keep_breaks:
-        j_lead, j_tail = k_lead, k_tail
     room_lead, room_tail = _room(view, first, last)
     c_lead, c_tail = min(k_lead, room_lead), min(k_tail, room_tail)
+    if guess.keep_breaks:
+        j_lead, j_tail = k_lead, k_tail
+    elif new_core:  # line breaks new_string dropped from its ends, as in _restored
+        j_lead = j_lead or _onto(view, first - c_lead, c_lead)
+        j_tail = j_tail or (_onto(view, last + c_tail, c_tail) if open_end else min(k_tail, 1))
     if not new_core and len(new_lines) == 1:
         return _deletion(view, first, last, c_lead, c_tail)
     if new_core:
@@ -217,6 +263,18 @@ def _unframed(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
             if mirror is not None and is_elision(new[mirror]):
                 new = new[mirror + 1 :] if edge == 0 else new[:mirror]
     return old, new
+
+
+def _elides_at_end(lines: list[str]) -> bool:
+    """Whether the last non-blank line is an elision: the text ends beyond the quote."""
+    last = _outer(lines, -1)
+    return last is not None and is_elision(lines[last])
+
+
+def _onto(view: TextView, line: int, taken: int) -> int:
+    """1 when a replacement without a line break at this end would be joined onto the
+    text of ``line``: the match took line breaks up to it, and it is not empty."""
+    return int(bool(taken and view.raw[line]))
 
 
 def _outer(lines: list[str], edge: int) -> int | None:
