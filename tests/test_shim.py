@@ -16,7 +16,8 @@ TESTS = Path(__file__).parent
 
 
 def run_child(code: str) -> str:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(TESTS)}
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}  # the caller's code
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", textwrap.dedent(code)],
         env=env, cwd=TESTS, capture_output=True, text=True, timeout=240,
