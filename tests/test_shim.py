@@ -44,6 +44,7 @@ SNAPSHOT = """
             "extern": interpreter.InterpreterBuilder.__dict__["create_extern_elementwise"],
             "cvt": interpreter._implicit_cvt,
             "call": interpreter.InterpretedFunction.__call__,
+            "parameter": torch.nn.Parameter.__dict__["__new__"],
         }
 """
 
@@ -100,7 +101,8 @@ def test_nothing_changes_until_install_and_uninstall_restores_all() -> None:
     """)
     assert "ok" in out
     changed = out.split("changed ")[1].split("\n")[0]
-    for key in ("is_available", "driver", "tanh", "cuda_tanh", "extern", "cvt", "call"):
+    for key in ("is_available", "driver", "tanh", "cuda_tanh", "extern", "cvt", "call",
+                "parameter"):
         assert repr(key) in changed
     assert changed.endswith("1")  # one torch function mode pushed
 
@@ -128,6 +130,7 @@ def test_installed_before_kernels_import_everything_works_together() -> None:
     torch.testing.assert_close(out, torch.nn.functional.gelu(x, approximate="tanh"))
     from torch._dynamo import trace_rules
     trace_rules.get_torch_obj_rule_map()  # indexes torch.cuda by object: one rule each
+    assert torch.nn.Linear(4, 4, device="cuda").weight.is_cuda  # with dynamo's polyfills in
 
     leaked = [n for n, v in vars(tl.core).items()
               if getattr(v, "__module__", "") == "triton.runtime.interpreter"]
