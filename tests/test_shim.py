@@ -45,6 +45,14 @@ SNAPSHOT = """
             "cvt": interpreter._implicit_cvt,
             "call": interpreter.InterpretedFunction.__call__,
             "parameter": torch.nn.Parameter.__dict__["__new__"],
+            "engine": torch.autograd.graph._engine_run_backward,
+            "engine_by_name": torch.autograd._engine_run_backward,
+            "function_apply": torch.autograd.Function.__dict__["apply"],
+            "save_for_backward": torch.autograd.function.FunctionCtx.save_for_backward,
+            "node_apply": torch.autograd.function.BackwardCFunction.__dict__["apply"],
+            "saved_tensors": torch.autograd.function.BackwardCFunction.__dict__.get(
+                "saved_tensors"),
+            "saved_tensors_hooks": torch.autograd.graph.saved_tensors_hooks.__init__,
         }
 """
 
@@ -102,7 +110,8 @@ def test_nothing_changes_until_install_and_uninstall_restores_all() -> None:
     assert "ok" in out
     changed = out.split("changed ")[1].split("\n")[0]
     for key in ("is_available", "driver", "tanh", "cuda_tanh", "extern", "cvt", "call",
-                "parameter"):
+                "parameter", "engine", "engine_by_name", "function_apply", "save_for_backward",
+                "node_apply", "saved_tensors", "saved_tensors_hooks"):
         assert repr(key) in changed
     assert changed.endswith("1")  # one torch function mode pushed
 

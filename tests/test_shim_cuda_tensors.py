@@ -10,16 +10,21 @@ through ``Parameter``, ``.data =`` and autograd.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from pytest_kernelfix.shim import autocast, bf16, cuda
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() and not cuda.installed(), reason="a real GPU is present"
 )
+
+SM_COUNT = 108  # the A100 the fixture installs
+
 
 @pytest.fixture
 def on_cpu() -> Iterator[None]:
@@ -114,4 +119,181 @@ def test_bias_free_modules_run_under_autocast(
     assert_cuda(out)
     expected = FUNCTIONALS[kind](x.to(dtype), module.weight.detach().to(dtype))
     torch.testing.assert_close(out, expected)
+
+
+class Recorder(torch.autograd.Function):
+    """``x * w``; its backward records the device answers of what autograd hands it and
+    sizes its partial sums as liger's norms do."""
+
+    seen: list[dict[str, Any]] = []  # noqa: RUF012 - one record per backward, read by tests
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        out = x * w
+        scale = torch.ones_like(w)  # made in forward, saved, not returned
+        ctx.save_for_backward(x, w, out, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, w, out, scale = ctx.saved_tensors
+        sm_count = 1
+        if x.device.type == "cuda":
+            sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
+        Recorder.seen.append({
+            "saved": [(t.is_cuda, t.device.type, t.get_device()) for t in (x, w, out, scale)],
+            "grad": (grad_out.is_cuda, grad_out.device.type, grad_out.get_device()),
+            "sm_count": sm_count,
+            "workspace": torch.empty(sm_count, device="cuda").device.type,
+        })
+        return grad_out * w * scale, (grad_out * x).sum(0)
+
+
+GPU_BACKWARD = {"saved": [(True, "cuda", 0)] * 4, "grad": (True, "cuda", 0),
+                "sm_count": SM_COUNT, "workspace": "cuda"}
+
+
+def run_backward(how: str, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Gradients of ``sum(tanh(Recorder(x, w)))``: the Function's grad_out comes from
+    torch's own backward of tanh, made in C++ (as every gradient in a real graph is)."""
+    loss = Recorder.apply(x, w).tanh().sum()
+    if how == "backward":
+        loss.backward()
+        assert x.grad is not None and w.grad is not None
+        return x.grad, w.grad
+    return torch.autograd.grad(loss, (x, w))
+
+
+@pytest.mark.parametrize("how", ["backward", "autograd.grad"])
+def test_backward_sees_cuda_tensors(on_cpu: None, how: str) -> None:
+    Recorder.seen.clear()
+    x = torch.randn(4, 3, device="cuda", requires_grad=True)
+    w = torch.randn(3, device="cuda", requires_grad=True)
+    grads = run_backward(how, x, w)
+    assert Recorder.seen == [GPU_BACKWARD]
+    for grad in grads:
+        assert_cuda(grad)
+
+
+def test_backward_of_a_module_on_cuda_sees_cuda_tensors(on_cpu: None) -> None:
+    """A Parameter from a module moved with .cuda(), through a Function, under autocast."""
+    Recorder.seen.clear()
+    linear = torch.nn.Linear(3, 3, bias=False).cuda()
+    x = torch.randn(4, 3, device="cuda")
+    with torch.autocast("cuda"):
+        hidden = linear(x)
+    Recorder.apply(hidden.float(), linear.weight[0]).tanh().sum().backward()
+    assert Recorder.seen == [GPU_BACKWARD]
+    assert_cuda(linear.weight.grad)
+
+
+def test_saved_tensors_stay_cuda_on_every_access(on_cpu: None) -> None:
+    """A saved output is unpacked into a new object on each access of ctx.saved_tensors."""
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            out = x * x
+            ctx.save_for_backward(out)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+            first, second = ctx.saved_tensors[0], ctx.saved_tensors[0]
+            assert first is not second
+            assert first.is_cuda and second.is_cuda
+            return 2 * grad_out * first.sqrt()
+
+    x = torch.rand(5, device="cuda", requires_grad=True)
+    Square.apply(x).sum().backward()
+    assert_cuda(x.grad)
+
+
+def test_an_input_returned_as_is_stays_a_cuda_tensor(on_cpu: None) -> None:
+    """torch hands back an input returned unchanged by forward as a new view of it: the
+    view, and the gradient backward is given for it, are CUDA tensors."""
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+        @staticmethod
+        def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+            assert grad_out.is_cuda
+            return grad_out
+
+    x = torch.randn(3, device="cuda", requires_grad=True)
+    out = Identity.apply(x)
+    assert out is not x
+    assert_cuda(out)
+    out.tanh().sum().backward()
+    assert_cuda(x.grad)
+
+
+@pytest.mark.skipif("apply_boxed" not in torch.autograd.function.BackwardCFunction.__dict__,
+                    reason="this torch has no boxed backward")
+def test_a_boxed_backward_is_given_cuda_gradients(on_cpu: None) -> None:
+    seen: list[bool] = []
+
+    class Boxed(torch.autograd.Function):
+        boxed_grads_call = True  # backward gets one list of gradients, to free early
+
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grads: list[torch.Tensor]) -> torch.Tensor:
+            seen.extend(grad.is_cuda for grad in grads)
+            return grads[0] * 2
+
+    x = torch.randn(3, device="cuda", requires_grad=True)
+    Boxed.apply(x).tanh().sum().backward()
+    assert seen == [True]
+
+
+def test_gradients_given_to_tensor_hooks_are_cuda_tensors(on_cpu: None) -> None:
+    seen: list[bool] = []
+    x = torch.randn(3, device="cuda", requires_grad=True)
+    hidden = x * 2
+    hidden.register_hook(lambda grad: seen.append(grad.is_cuda))
+    hidden.tanh().sum().backward()
+    assert seen == [True]
+
+
+def test_double_backward_keeps_cuda_tensors(on_cpu: None) -> None:
+    x = torch.randn(4, 3, device="cuda", requires_grad=True)
+    w = torch.randn(3, device="cuda", requires_grad=True)
+    (grad_x,) = torch.autograd.grad((Recorder.apply(x, w) ** 2).sum(), x, create_graph=True)
+    assert_cuda(grad_x)
+    grad_x.sum().backward()  # backward through a backward that ran with the mode on
+    assert_cuda(w.grad)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_checkpointed_code_recomputes_as_on_a_gpu(on_cpu: None, reentrant: bool) -> None:
+    """Recomputation runs in backward, and checkpoint's pack hook inside an op: both see
+    the CUDA tensors the forward saw (else ``CheckpointError``: cpu != cuda metadata)."""
+    w = torch.randn(4, device="cuda")
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        return (x * w * torch.ones(4, device="cuda")).tanh()
+
+    x = torch.randn(3, 4, device="cuda", requires_grad=True)
+    twin = x.detach().clone().requires_grad_()
+    checkpoint(layer, x, use_reentrant=reentrant).sum().backward()
+    layer(twin).sum().backward()
+    assert_cuda(x.grad)
+    torch.testing.assert_close(x.grad, twin.grad)
+
+
+def test_tensors_saved_on_the_cpu_come_back_as_cuda_tensors(on_cpu: None) -> None:
+    x = torch.randn(4, device="cuda", requires_grad=True)
+    w = torch.randn(4, device="cuda", requires_grad=True)
+    with torch.autograd.graph.save_on_cpu(pin_memory=True):
+        y = (x * w).tanh()
+    y.sum().backward()
+    assert_cuda(w.grad)
+    torch.testing.assert_close(w.grad, x.detach() * (1 - y.detach() ** 2))
 

@@ -7,8 +7,9 @@ CUDA device argument to the CPU and remembers which tensors were meant for the G
 (a flag, ``marks.py``, passed on to the results of ops that read them), so that those
 tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``, and
 ``.cuda()`` / ``.cpu()`` copy exactly when a real move would. A ``Parameter`` made from
-a CUDA tensor is one, and ``t.data = cuda_tensor`` makes ``t`` one (``module.cuda()`` and
-``module.to("cuda")`` move parameters that way).
+a CUDA tensor is one, ``t.data = cuda_tensor`` makes ``t`` one (``module.cuda()`` and
+``module.to("cuda")`` move parameters that way), and autograd hands CUDA tensors back as
+CUDA tensors (``autograd.py``).
 
 The same mode applies CUDA autocast's casts to those tensors under ``torch.autocast("cuda")``
 (``autocast.py``) and computes the overloads torch has only for CUDA (``cuda_ops.py``).
@@ -24,7 +25,7 @@ import functools
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_kernelfix.shim import autocast, bf16, cuda_ops
+from pytest_kernelfix.shim import autocast, autograd, bf16, cuda_ops
 from pytest_kernelfix.shim._patches import Patches
 from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
 from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
@@ -69,6 +70,7 @@ def _mode_class() -> type:
     device_get = base.__dict__["device"]
     is_cuda_get = base.__dict__["is_cuda"]
     data_descriptor = base.__dict__["data"]
+    register_hook = torch.Tensor.register_hook
     cuda_device = torch.device("cuda", 0)
     cpu = torch.device("cpu")
 
@@ -107,6 +109,8 @@ def _mode_class() -> type:
                 return None
             if func is base.pin_memory:
                 return args[0]
+            if func is register_hook and len(args) > 1 and is_marked(args[0]):
+                args = (args[0], autograd.with_cuda_grads(args[1]), *args[2:])
             if func is base.cuda:
                 return moved(args[0], args[0], to_cuda=True)
             if func is base.cpu:
@@ -233,6 +237,7 @@ def install(capability: tuple[int, int]) -> bool:
                 _parameter_keeping_mark(torch.nn.Parameter.__dict__["__new__"].__func__))
     mode = _mode_class()()
     mode.__enter__()
+    autograd.install(mode)
     _state.update(patches=patches, mode=mode, capability=capability)
     return True
 
@@ -240,6 +245,7 @@ def install(capability: tuple[int, int]) -> bool:
 def uninstall() -> None:
     if not _state:
         return
+    autograd.uninstall()
     _state["patches"].restore()
     _remove_mode(_state["mode"])
     _state.clear()

@@ -10,7 +10,7 @@ helpers are shared by the pieces that do.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 MARK = "_kernelfix_cuda"
@@ -42,3 +42,13 @@ def any_marked(args: Iterable[Any], kwargs: Mapping[str, Any]) -> bool:
             return True
     return False
 
+
+def marks_of(values: Iterable[object]) -> tuple[bool, ...]:
+    return tuple(is_marked(value) for value in values)
+
+
+def mark_like(values: Sequence[Any], marks: Sequence[bool]) -> None:
+    """Flag ``values[i]`` as a CUDA tensor where ``marks[i]`` says it was one."""
+    for value, marked in zip(values, marks, strict=False):  # no record: no marks
+        if marked:
+            set_marked(value)
