@@ -9,6 +9,7 @@ through ``Parameter``, ``.data =`` and autograd.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -297,3 +298,87 @@ def test_tensors_saved_on_the_cpu_come_back_as_cuda_tensors(on_cpu: None) -> Non
     assert_cuda(w.grad)
     torch.testing.assert_close(w.grad, x.detach() * (1 - y.detach() ** 2))
 
+
+# A GPU kernel suite run by the plugin on the interpreter. Its backward sums the weight's
+# gradient in one partial row per SM on a GPU; ``floordiv`` drops the last rows when the
+# row count is not a multiple of the SM count: on a GPU it fails. The shim used to hand
+# the backward CPU tensors, so it took the one-row path and the bug passed.
+GPU_SUITE = """
+    import operator
+
+    import pytest
+    import torch
+    import torch.nn.functional as F
+    import triton
+    import triton.language as tl
+
+    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+    @triton.jit
+    def partial_column_sums(x_ptr, g_ptr, out_ptr, n_rows, n_cols, rows_per_program,
+                            BLOCK: tl.constexpr):
+        program = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        end = tl.minimum((program + 1) * rows_per_program, n_rows)
+        for row in range(program * rows_per_program, end):
+            x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+            g = tl.load(g_ptr + row * n_cols + cols, mask=mask, other=0.0)
+            acc += x * g
+        tl.store(out_ptr + program * n_cols + cols, acc, mask=mask)
+
+
+    def scale_columns(split):
+        class ScaleColumns(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w):
+                ctx.save_for_backward(x, w)
+                return x * w
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, w = ctx.saved_tensors
+                programs = 1
+                if x.device.type == "cuda":
+                    programs = torch.cuda.get_device_properties(x.device).multi_processor_count
+                grad = grad.contiguous()
+                partial = torch.empty(programs, x.shape[1], device=w.device)
+                partial_column_sums[(programs,)](x, grad, partial, x.shape[0], x.shape[1],
+                                                 split(x.shape[0], programs), BLOCK=64)
+                return grad * w, partial.sum(0)
+
+        return ScaleColumns.apply
+
+
+    @pytest.mark.parametrize("split", [triton.cdiv, operator.floordiv],
+                             ids=["cdiv", "floordiv"])
+    def test_weight_grad(split):
+        x = torch.randn(300, 64, device="cuda")
+        w = torch.randn(64, device="cuda", requires_grad=True)
+        scale_columns(split)(x, w).tanh().sum().backward()
+        expected = torch.autograd.grad((x * w).tanh().sum(), w)[0]
+        torch.testing.assert_close(w.grad, expected)
+
+
+    def test_bias_free_linear_under_autocast():
+        linear = torch.nn.Linear(64, 32, bias=False).cuda()
+        x = torch.randn(8, 64, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = linear(x)
+        torch.testing.assert_close(out, F.linear(x.half(), linear.weight.half()))
+"""
+
+
+def test_a_gpu_suite_fails_on_the_interpreter_where_it_fails_on_a_gpu(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_gpu=textwrap.dedent(GPU_SUITE))
+    result = pytester.runpytest_subprocess(
+        "--kernelfix-device=interpret", "-p", "no:cacheprovider", "-p", "no:randomly", "-rA")
+    result.assert_outcomes(passed=2, failed=1)
+    for line in ("PASSED test_gpu.py::test_weight_grad[[]cdiv[]]",
+                 "PASSED test_gpu.py::test_bias_free_linear_under_autocast",
+                 "FAILED test_gpu.py::test_weight_grad[[]floordiv[]] - *Tensor-like*"):
+        result.stdout.fnmatch_lines([line])  # the GPU's verdict on each test
