@@ -11,9 +11,10 @@ takes its GPU path only when its saved tensors and gradient say ``cuda``. Refere
 leaves made on "cuda", so a gradient that comes back a CPU tensor is a mismatch, as it
 would be on a GPU. It prints pass counts per column for two shims in one run:
 
-- ``before``: the shim as it was before its autocast, bf16 and CUDA-only-overload pieces:
+- ``before``: the shim without its autocast, bf16 and CUDA-only-overload pieces:
   ``shim.install(autocast=False, bf16=False)``, ``torch.cuda.is_bf16_supported()`` True
-  (as it then answered) and no ``out_dtype`` matmuls;
+  (as it then answered) and no ``out_dtype`` matmuls (CUDA tensors staying CUDA tensors,
+  part of the CUDA piece, is on in both);
 - ``after``: the whole shim.
 
 Every liger op here is correct (it is released and tested on GPUs), so every failure is
