@@ -3,12 +3,18 @@
 Runs a fixed sample of the installed ``liger-kernel``'s own ops (forward, and backward
 where liger has one) against torch references, with inputs in fp32, fp16 and bf16, and
 under ``torch.autocast("cuda", fp16 / bf16)`` as mixed-precision training has them
-(activations in the autocast dtype, parameters in fp32), and prints pass counts per
-column for two shims in one run:
+(activations in the autocast dtype, parameters in fp32). Beside them, GPU code that is
+not a liger op but that kernel tests lean on: bias-free ``nn.Linear`` / ``nn.Conv1d`` /
+``nn.Conv2d`` made on ``device="cuda"``, modules moved there with ``.cuda()``, liger's
+loss fed a bias-free ``nn.Linear``'s weight, and an autograd ``Function`` whose backward
+takes its GPU path only when its saved tensors and gradient say ``cuda``. References are
+leaves made on "cuda", so a gradient that comes back a CPU tensor is a mismatch, as it
+would be on a GPU. It prints pass counts per column for two shims in one run:
 
-- ``before``: the shim as it was before its autocast, bf16 and CUDA-only-overload pieces:
+- ``before``: the shim without its autocast, bf16 and CUDA-only-overload pieces:
   ``shim.install(autocast=False, bf16=False)``, ``torch.cuda.is_bf16_supported()`` True
-  (as it then answered) and no ``out_dtype`` matmuls;
+  (as it then answered) and no ``out_dtype`` matmuls (CUDA tensors staying CUDA tensors,
+  part of the CUDA piece, is on in both);
 - ``after``: the whole shim.
 
 Every liger op here is correct (it is released and tested on GPUs), so every failure is
@@ -22,6 +28,7 @@ real GPU, without the shim, to confirm the tolerances hold there::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -58,7 +65,8 @@ def leaf(*shape: int, dtype: Any, scale: float = 1.0) -> Any:
 
 
 def twin(tensor: Any) -> Any:
-    return tensor.detach().clone().requires_grad_()
+    """The reference's copy of ``tensor``: a CUDA leaf, as the test's own tensors are."""
+    return tensor.detach().to("cuda", copy=True).requires_grad_()
 
 
 def grads(out: Any, ref: Any, inputs: list[Any], ref_inputs: list[Any]) -> Pairs:
@@ -206,10 +214,161 @@ def rope(dtype: Any, param: Any) -> Pairs:
     return [("q", out_q, rotated(q)), ("k", out_k, rotated(k))]
 
 
+def lowered(functional: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    """``functional`` as CUDA autocast runs a lower-precision op (linear, conv): its
+    tensor inputs cast to the autocast dtype; outside autocast, as it is."""
+    torch = _torch()
+    if not torch.is_autocast_enabled("cuda"):
+        return functional(*args, **options)
+    low = torch.get_autocast_dtype("cuda")
+    with torch.autocast("cuda", enabled=False):
+        return functional(*(arg.to(low) for arg in args), **options)
+
+
+def module_pairs(module: Any, x: Any, reference: Callable[..., Any]) -> Pairs:
+    """``module(x)`` against ``reference(x, *parameters)`` on twin leaves: the output and
+    the ``.grad`` of the input and of every parameter, for the same upstream gradient."""
+    torch = _torch()
+    params = list(module.parameters())
+    refs = [twin(t) for t in (x, *params)]
+    out = module(x)
+    ref = reference(*refs)
+    upstream = torch.randn_like(ref)
+    out.backward(upstream.to(out.dtype))
+    ref.backward(upstream)
+    ours = [t.grad for t in (x, *params)]
+    return [("out", out, ref),
+            *((f"grad {i}", a, b.grad) for i, (a, b) in enumerate(zip(ours, refs, strict=True)))]
+
+
+def linear(dtype: Any, param: Any) -> Pairs:
+    torch = _torch()
+    module = torch.nn.Linear(32, 16, bias=False, device="cuda", dtype=param)
+    return module_pairs(module, leaf(4, 32, dtype=dtype),
+                        lambda x, w: lowered(torch.nn.functional.linear, x, w))
+
+
+def conv1d(dtype: Any, param: Any) -> Pairs:
+    torch = _torch()
+    module = torch.nn.Conv1d(8, 4, 3, padding=1, bias=False, device="cuda", dtype=param)
+    return module_pairs(module, leaf(2, 8, 16, dtype=dtype),
+                        lambda x, w: lowered(torch.nn.functional.conv1d, x, w, padding=1))
+
+
+def conv2d(dtype: Any, param: Any) -> Pairs:
+    torch = _torch()
+    module = torch.nn.Conv2d(3, 4, 3, bias=False, device="cuda", dtype=param)
+    return module_pairs(module, leaf(2, 3, 8, 8, dtype=dtype),
+                        lambda x, w: lowered(torch.nn.functional.conv2d, x, w))
+
+
+def moved_modules(dtype: Any, param: Any) -> Pairs:
+    """Modules made on the CPU and moved with ``.cuda()``, as most model code does."""
+    torch = _torch()
+    functional = torch.nn.functional
+    module = torch.nn.Sequential(
+        torch.nn.Conv1d(8, 8, 3, padding=1, bias=False), torch.nn.Flatten(),
+        torch.nn.Linear(128, 16, bias=False),
+    ).to(param).cuda()
+
+    def reference(x: Any, conv_w: Any, linear_w: Any) -> Any:
+        hidden = lowered(functional.conv1d, x, conv_w, padding=1)
+        return lowered(functional.linear, hidden.flatten(1), linear_w)
+
+    return module_pairs(module, leaf(4, 8, 16, dtype=dtype), reference)
+
+
+def lm_head_cross_entropy(dtype: Any, param: Any) -> Pairs:
+    """liger's fused loss on a bias-free ``nn.Linear`` head, against the head and torch's
+    loss: the shape of liger's own ``test_amp``."""
+    from liger_kernel.transformers.fused_linear_cross_entropy import (
+        LigerFusedLinearCrossEntropyLoss,
+    )
+
+    torch = _torch()
+    head = torch.nn.Linear(32, 128, bias=False, dtype=param).cuda()
+    with torch.no_grad():
+        head.weight.mul_(0.2)
+    x = leaf(8, 32, dtype=dtype)
+    xr, wr = twin(x), twin(head.weight)
+    target = torch.randint(0, 128, (8,), device="cuda")
+    loss = LigerFusedLinearCrossEntropyLoss()(head.weight, x, target)
+    ref = torch.nn.functional.cross_entropy(lowered(torch.nn.functional.linear, xr, wr), target)
+    loss.backward()
+    ref.backward()
+    return [("loss", loss, ref), ("grad x", x.grad, xr.grad),
+            ("grad w", head.weight.grad, wr.grad)]
+
+
+@functools.cache
+def partial_column_sums() -> Any:
+    """``out[p] = sum of x * g over the rows of program p``: a Triton kernel made on first
+    use, after the child has set ``TRITON_INTERPRET``."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(x_ptr, g_ptr, out_ptr, n_rows, n_cols, rows_per_program, BLOCK: tl.constexpr):
+        program = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        end = tl.minimum((program + 1) * rows_per_program, n_rows)
+        for row in range(program * rows_per_program, end):
+            x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(g_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+            acc += x * g
+        tl.store(out_ptr + program * n_cols + cols, acc, mask=mask)
+
+    return kernel
+
+
+def device_branch(dtype: Any, param: Any) -> Pairs:
+    """``x * w`` whose backward sums the weight's gradient in one partial row per SM on a
+    GPU and in one row elsewhere, as liger's norms do: the devices its backward sees must
+    be the GPU's, or the GPU path is never run."""
+    import triton
+
+    torch = _torch()
+    seen: list[str] = []
+
+    class ScaleColumns(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, w: Any) -> Any:
+            y = x * w
+            ctx.save_for_backward(x, w, y)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, grad_y: Any) -> Any:
+            x, w, y = ctx.saved_tensors
+            seen.extend(t.device.type for t in (x, w, y, grad_y))
+            sm_count = 1
+            if x.device.type == "cuda":
+                sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
+            grad_y = grad_y.contiguous()
+            n_rows, n_cols = x.shape
+            partial = torch.empty(sm_count, n_cols, dtype=torch.float32, device=w.device)
+            partial_column_sums()[(sm_count,)](
+                x, grad_y, partial, n_rows, n_cols, triton.cdiv(n_rows, sm_count),
+                BLOCK=triton.next_power_of_2(n_cols))
+            return grad_y * w, partial.sum(0).to(w.dtype)
+
+    x, w = leaf(200, 64, dtype=dtype), leaf(64, dtype=param)
+    xr, wr = twin(x), twin(w)
+    out = ScaleColumns.apply(x, w).tanh()  # grad_y then comes from torch's own backward
+    ref = (xr * wr).tanh()
+    pairs = [("out", out, ref), *grads(out, ref, [x, w], [xr, wr])]
+    if seen != ["cuda"] * 4:
+        raise AssertionError(f"backward saw devices {seen} (x, w, y, grad_y); a GPU: cuda")
+    return pairs
+
+
 OPS: dict[str, Op] = {
     fn.__name__: fn
     for fn in (rms_norm, layer_norm, swiglu, geglu, softmax, cross_entropy,
-               fused_linear_cross_entropy, dyt, group_norm, kl_div, rope)
+               fused_linear_cross_entropy, dyt, group_norm, kl_div, rope,
+               linear, conv1d, conv2d, moved_modules, lm_head_cross_entropy, device_branch)
 }
 
 

@@ -16,7 +16,8 @@ TESTS = Path(__file__).parent
 
 
 def run_child(code: str) -> str:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(TESTS)}
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}  # the caller's code
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", textwrap.dedent(code)],
         env=env, cwd=TESTS, capture_output=True, text=True, timeout=240,
@@ -43,6 +44,15 @@ SNAPSHOT = """
             "extern": interpreter.InterpreterBuilder.__dict__["create_extern_elementwise"],
             "cvt": interpreter._implicit_cvt,
             "call": interpreter.InterpretedFunction.__call__,
+            "parameter": torch.nn.Parameter.__dict__["__new__"],
+            "engine": torch.autograd.graph._engine_run_backward,
+            "engine_by_name": torch.autograd._engine_run_backward,
+            "function_apply": torch.autograd.Function.__dict__["apply"],
+            "save_for_backward": torch.autograd.function.FunctionCtx.save_for_backward,
+            "node_apply": torch.autograd.function.BackwardCFunction.__dict__["apply"],
+            "saved_tensors": torch.autograd.function.BackwardCFunction.__dict__.get(
+                "saved_tensors"),
+            "saved_tensors_hooks": torch.autograd.graph.saved_tensors_hooks.__init__,
         }
 """
 
@@ -99,7 +109,9 @@ def test_nothing_changes_until_install_and_uninstall_restores_all() -> None:
     """)
     assert "ok" in out
     changed = out.split("changed ")[1].split("\n")[0]
-    for key in ("is_available", "driver", "tanh", "cuda_tanh", "extern", "cvt", "call"):
+    for key in ("is_available", "driver", "tanh", "cuda_tanh", "extern", "cvt", "call",
+                "parameter", "engine", "engine_by_name", "function_apply", "save_for_backward",
+                "node_apply", "saved_tensors", "saved_tensors_hooks"):
         assert repr(key) in changed
     assert changed.endswith("1")  # one torch function mode pushed
 
@@ -127,6 +139,7 @@ def test_installed_before_kernels_import_everything_works_together() -> None:
     torch.testing.assert_close(out, torch.nn.functional.gelu(x, approximate="tanh"))
     from torch._dynamo import trace_rules
     trace_rules.get_torch_obj_rule_map()  # indexes torch.cuda by object: one rule each
+    assert torch.nn.Linear(4, 4, device="cuda").weight.is_cuda  # with dynamo's polyfills in
 
     leaked = [n for n, v in vars(tl.core).items()
               if getattr(v, "__module__", "") == "triton.runtime.interpreter"]

@@ -5,8 +5,10 @@ are imported, in the pytest session and in every rerun subprocess. It puts in pl
 seven independent pieces, each undone by ``uninstall()``:
 
 - ``driver``: a CPU Triton driver (``driver.active``, autotune, ``do_bench``).
-- ``cuda``: ``device="cuda"`` tensors live on the CPU, ``torch.cuda`` answers as one
-  GPU of ``target_capability`` (skipped with ``cuda=False`` or when CUDA is real).
+- ``cuda``: ``device="cuda"`` tensors live on the CPU, and they, the Parameters of
+  modules on "cuda" and what autograd hands back say they are CUDA tensors;
+  ``torch.cuda`` answers as one GPU of ``target_capability`` (skipped with
+  ``cuda=False`` or when CUDA is real).
 - ``autocast``: ``torch.autocast("cuda")`` casts those tensors per CUDA's op lists
   (with the CUDA piece; off with ``autocast=False``).
 - ``bf16``: the interpreter computes bf16 as a GPU does instead of on raw 16-bit

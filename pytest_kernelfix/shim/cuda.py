@@ -4,9 +4,12 @@ Two parts. ``torch.cuda``'s query functions answer as one GPU of the chosen comp
 capability (``is_available()`` is True, ``get_device_properties`` comes from
 ``devices.py``, ``synchronize`` does nothing). A ``TorchFunctionMode`` rewrites every
 CUDA device argument to the CPU and remembers which tensors were meant for the GPU
-(a ``_kernelfix_cuda`` attribute, passed on to the results of ops that read them), so
-that those tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``,
-and ``.cuda()`` / ``.cpu()`` copy exactly when a real move would.
+(a flag, ``marks.py``, passed on to the results of ops that read them), so that those
+tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``, and
+``.cuda()`` / ``.cpu()`` copy exactly when a real move would. A ``Parameter`` made from
+a CUDA tensor is one, ``t.data = cuda_tensor`` makes ``t`` one (``module.cuda()`` and
+``module.to("cuda")`` move parameters that way), and autograd hands CUDA tensors back as
+CUDA tensors (``autograd.py``).
 
 The same mode applies CUDA autocast's casts to those tensors under ``torch.autocast("cuda")``
 (``autocast.py``) and computes the overloads torch has only for CUDA (``cuda_ops.py``).
@@ -18,16 +21,18 @@ CUDA graphs) are not covered, and nothing is faster than on the CPU.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_kernelfix.shim import autocast, bf16, cuda_ops
+from pytest_kernelfix.shim import autocast, autograd, bf16, cuda_ops
 from pytest_kernelfix.shim._patches import Patches
 from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
 from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
+from pytest_kernelfix.shim.marks import MARK, any_marked, is_marked, set_marked
 
-MARK = "_kernelfix_cuda"
+__all__ = ["MARK", "capability", "install", "installed", "is_cuda_device", "is_marked",
+           "uninstall"]
 
 _state: dict[str, Any] = {}
 
@@ -43,29 +48,18 @@ def is_cuda_device(device: object) -> bool:
     return getattr(device, "type", None) == "cuda"
 
 
-def is_marked(value: object) -> bool:
-    return bool(getattr(value, MARK, False))
+def _parameter_keeping_mark(new: Any) -> Any:
+    """``Parameter.__new__`` (which wraps its data in a new object, out of the mode's
+    sight) with the data's flag passed on: a Parameter made on "cuda" is a CUDA tensor.
+    Not ``Tensor._make_subclass``: torch._dynamo substitutes that one by identity."""
 
+    @functools.wraps(new)
+    def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        made = new(cls, *args, **kwargs)
+        data = args[0] if args else kwargs.get("data")
+        return set_marked(made) if is_marked(data) else made
 
-def _mark(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        with contextlib.suppress(AttributeError, RuntimeError):  # subclasses without __dict__
-            setattr(value, MARK, True)
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _mark(item)
-    return value
-
-
-def _any_marked(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    for value in (*args, *kwargs.values()):
-        if is_marked(value):
-            return True
-        if isinstance(value, (tuple, list)) and any(is_marked(v) for v in value):
-            return True
-    return False
+    return staticmethod(__new__)
 
 
 def _mode_class() -> type:
@@ -75,6 +69,8 @@ def _mode_class() -> type:
     base = torch._C.TensorBase
     device_get = base.__dict__["device"]
     is_cuda_get = base.__dict__["is_cuda"]
+    data_descriptor = base.__dict__["data"]
+    register_hook = torch.Tensor.register_hook
     cuda_device = torch.device("cuda", 0)
     cpu = torch.device("cpu")
 
@@ -82,7 +78,7 @@ def _mode_class() -> type:
         """Copy when a real move would have copied, so aliasing matches a GPU."""
         if result is tensor and is_marked(tensor) != to_cuda:
             result = tensor.clone()
-        return _mark(result) if to_cuda else result
+        return set_marked(result) if to_cuda else result
 
     def target_of_to(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
         """Where ``Tensor.to(...)`` sends the tensor: True for CUDA, None when it stays put."""
@@ -107,8 +103,14 @@ def _mode_class() -> type:
                 return is_marked(args[0]) or func(*args, **kwargs)
             if func is base.get_device:
                 return 0 if is_marked(args[0]) else func(*args, **kwargs)
+            if owner is data_descriptor and func.__name__ == "__set__":
+                func(*args, **kwargs)  # t.data = new: t is now where new is (module.cuda())
+                set_marked(args[0], is_marked(args[1]))
+                return None
             if func is base.pin_memory:
                 return args[0]
+            if func is register_hook and len(args) > 1 and is_marked(args[0]):
+                args = (args[0], autograd.with_cuda_grads(args[1]), *args[2:])
             if func is base.cuda:
                 return moved(args[0], args[0], to_cuda=True)
             if func is base.cpu:
@@ -119,7 +121,7 @@ def _mode_class() -> type:
                 target = target_of_to(args, kwargs)
                 if target is None:
                     result = func(*args, **kwargs)
-                    return _mark(result) if is_marked(args[0]) else result
+                    return set_marked(result) if is_marked(args[0]) else result
                 if is_cuda_device(kwargs.get("device")):
                     kwargs["device"] = cpu
                 if len(args) > 1 and not isinstance(args[1], (torch.dtype, torch.Tensor)):
@@ -131,14 +133,14 @@ def _mode_class() -> type:
                 if to_cuda:
                     kwargs["device"] = cpu
             else:
-                to_cuda = _any_marked(args, kwargs)
+                to_cuda = any_marked(args, kwargs)
             if to_cuda and autocast.enabled():
                 args, kwargs = autocast.autocast_inputs(func, args, kwargs, is_marked)
             if to_cuda and cuda_ops.needs_emulation(func, kwargs):
                 result = cuda_ops.run(func, args, kwargs)
             else:
                 result = func(*args, **kwargs)
-            return _mark(result) if to_cuda else result
+            return set_marked(result) if to_cuda else result
 
     return CudaOnCpu
 
@@ -231,8 +233,11 @@ def install(capability: tuple[int, int]) -> bool:
     patches = Patches()
     for name, value in _cuda_functions(properties_for(capability)).items():
         patches.set(torch.cuda, name, value)
+    patches.set(torch.nn.Parameter, "__new__",
+                _parameter_keeping_mark(torch.nn.Parameter.__dict__["__new__"].__func__))
     mode = _mode_class()()
     mode.__enter__()
+    autograd.install(mode)
     _state.update(patches=patches, mode=mode, capability=capability)
     return True
 
@@ -240,6 +245,7 @@ def install(capability: tuple[int, int]) -> bool:
 def uninstall() -> None:
     if not _state:
         return
+    autograd.uninstall()
     _state["patches"].restore()
     _remove_mode(_state["mode"])
     _state.clear()
