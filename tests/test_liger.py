@@ -27,7 +27,8 @@ FALSE_FAILURES = ("has no attribute 'to'", "0 active drivers", "NoneType")
 
 
 def run_ops(*flags: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent)}
+    path = os.pathsep.join(filter(None, [str(SCRIPT.parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}  # the caller's code, not an installed copy
     done = subprocess.run(
         [sys.executable, "-W", "ignore", str(SCRIPT), *flags],
         env=env, capture_output=True, text=True, timeout=300,
