@@ -1,4 +1,4 @@
-"""The edit engine's public names: lazy package exports and the deprecated aliases."""
+"""The edit engine's public names: lazy package exports."""
 
 from __future__ import annotations
 
@@ -21,36 +21,6 @@ def test_every_lazy_export_resolves_to_its_submodule(name: str) -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = engine.nothing
-
-
-@pytest.mark.parametrize(
-    ("alias", "names"),
-    [
-        ("edits", ["Modification", "ParsedResponse", "ParseError", "parse_modifications"]),
-        ("matcher", ["Match", "NoMatch", "Ambiguous", "find_match", "find_all", "text_view"]),
-        (
-            "apply",
-            [
-                "DiffResult",
-                "Style",
-                "apply_modifications",
-                "clear_caches",
-                "unified_diff",
-                "Match",
-                "Modification",
-                "find_match",
-                "line_span",
-                "LEVELS",
-            ],
-        ),
-    ],
-)
-def test_deprecated_aliases_still_export_their_names(alias: str, names: list[str]) -> None:
-    module = importlib.import_module(f"pytest_kernelfix.{alias}")
-    for name in names:
-        value = getattr(module, name)
-        if name in engine.__all__:
-            assert value is getattr(engine, name)
 
 
 def test_cumulative_diff_is_still_importable_from_files() -> None:
