@@ -2,7 +2,7 @@
 
 Unit level: the selection rules, the option's parsing, faulthandler dumps, the rerun's
 launch events, and a crashed test rerun alone with a fake runner. The whole sessions
-(xdist crash, an unmarked suite) are in test_reach_sessions.py.
+(xdist crash, an unmarked suite) are in test_locate_reach_sessions.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Kernels that pass on the Triton interpreter but fail to compile for a GPU.
 
-Test data for ``tests/test_gate.py``: each bug of the compile-gate catalogue in
+Test data for ``tests/test_rerun_gate.py``: each bug of the compile-gate catalogue in
 TRITON_FAILURES.md, next to the fixed variant where one is short.
 """
 

@@ -2,7 +2,7 @@
 
 The rerun runner is a fake that judges the sandbox's files as a rerun would (the bug is
 fixed when the kernel file holds the fix), so these run in milliseconds; the real
-subprocess reruns are proven in test_rerun.py and the session tests.
+subprocess reruns are proven in test_rerun_launcher.py and the session tests.
 """
 
 from __future__ import annotations
