@@ -8,12 +8,13 @@ import json
 import os
 import stat
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from hostile.project import BUG, FIX, KERNEL, fix_answer, report, write_project
 
+from pytest_kernelfix.report import writeback
 from pytest_kernelfix.report.writeback import StaleFileError, _lock_for, write_back
 
 ORIGINAL = KERNEL.format(name="k1")
@@ -130,11 +131,30 @@ def test_links_are_never_written_through(tree: Path, tmp_path: Path) -> None:
     assert outside.read_text() == ORIGINAL
 
 
-def test_writers_of_one_file_wait_for_its_lock_and_the_second_is_stale(tree: Path) -> None:
+def test_writers_of_one_file_wait_for_its_lock_and_the_second_is_stale(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kernel = tree / "kernels" / "k1.py"
     expected = {"kernels/k1.py": sha(kernel)}
     lock = _lock_for(kernel, tree / "locks")
     outcomes: list[str] = []
+    waiting = threading.Semaphore(0)
+
+    class Announced:
+        """The writer's lock, saying when the writer is about to wait for it."""
+
+        def __init__(self, inner: FileLock) -> None:
+            self.inner = inner
+
+        def acquire(self) -> None:
+            waiting.release()
+            self.inner.acquire()
+
+        def release(self) -> None:
+            self.inner.release()
+
+    monkeypatch.setattr(writeback, "_lock_for",
+                        lambda path, lock_dir: Announced(_lock_for(path, lock_dir)))
 
     def writer() -> None:
         try:
@@ -148,7 +168,8 @@ def test_writers_of_one_file_wait_for_its_lock_and_the_second_is_stale(tree: Pat
         threads = [threading.Thread(target=writer) for _ in range(2)]
         for thread in threads:
             thread.start()
-        time.sleep(0.5)
+        for _ in threads:  # both reached the lock we hold: neither can have written
+            assert waiting.acquire(timeout=30)
         assert outcomes == [] and kernel.read_text() == ORIGINAL  # both wait
     for thread in threads:
         thread.join(30)
