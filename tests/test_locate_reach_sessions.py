@@ -89,17 +89,24 @@ CONFTEST = '''\
 import json
 import os
 
+from pytest_kernelfix.fixers.answer import read_answer
+from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.fixers.prompting import render_messages
 
 BUG = json.loads(os.environ["KERNELFIX_TEST_BUG"])
 
 
 def pytest_kernelfix_propose(request, config):
-    shown = "\\n".join(message["content"] for message in render_messages(request))
+    """A model that can fix only what it is shown; it says what it was sent."""
+    messages = render_messages(request)
+    shown = "\\n".join(message["content"] for message in messages)
     if BUG["bad"].strip() in shown:
-        return json.dumps({"analysis": "found it", "modifications": [
+        answer = json.dumps({"analysis": "found it", "modifications": [
             {"file": BUG["file"], "old_string": BUG["bad"], "new_string": BUG["good"]}]})
-    return json.dumps({"analysis": "the faulty code is not shown", "modifications": []})
+    else:
+        answer = json.dumps({"analysis": "the faulty code is not shown", "modifications": []})
+    sent = sum(len(message["content"]) for message in messages)
+    return read_answer(answer, usage=Usage(calls=1, prompt_chars=sent), source="model")
 '''
 
 INI = "[pytest]\npythonpath = .\n"

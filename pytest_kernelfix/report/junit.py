@@ -103,6 +103,7 @@ class JUnitProperties:
     once junitxml has written it; ``note`` hears what went wrong then."""
 
     name = "the JUnit properties"
+    required = False
 
     def __init__(self, xmlpath: str, prefix: str, note: Callable[[str], None]) -> None:
         # junitxml resolves the path at configure time, against the invocation directory.

@@ -5,7 +5,9 @@ session asked for: the files in the report dir (:class:`ReportFiles`: patches,
 report.json, report.md, suggestions.rdjson), GitHub's step summary and annotations
 (:class:`GitHubActions`), and JUnit XML properties
 (:class:`~pytest_kernelfix.report.junit.JUnitProperties`, which writes once pytest's
-junitxml has). A sink that fails costs its own output and a note, never the session.
+junitxml has). A sink that fails costs its own output and a note, never the session;
+only the report files are ``required``: a session that cannot write them says so as an
+error.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ class Published:
 
 
 class Sink(Protocol):
-    """One kind of output of a session."""
+    """One kind of output of a session; a ``required`` one raises when it fails."""
 
     name: str
+    required: bool
 
     def publish(self, report: SessionReport) -> Published: ...
 
@@ -45,6 +48,7 @@ class ReportFiles:
     under a lock on the report dir (xdist sessions and concurrent runs share it)."""
 
     name = "the report files"
+    required = True
 
     def publish(self, report: SessionReport) -> Published:
         report.report_dir.mkdir(parents=True, exist_ok=True)
@@ -60,6 +64,7 @@ class GitHubActions:
     Reads the report files, so it comes after :class:`ReportFiles`."""
 
     name = "the GitHub outputs"
+    required = False
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
@@ -76,6 +81,8 @@ def publish(report: SessionReport, sinks: Iterable[Sink]) -> Published:
         try:
             published += sink.publish(report)
         except Exception as error:  # one output lost, never the session
+            if sink.required:
+                raise
             published += Published(notes=(
                 f"{sink.name} were not written: {type(error).__name__}: {error}",))
     return published

@@ -213,15 +213,15 @@ class HealingController:
             return
         try:
             self.report = self.heal()
+            self.publish()
         except KeyboardInterrupt:  # Ctrl-C while healing: stop here, end the session as usual
             self.notes.append("healing was interrupted: nothing more was healed or written")
         except Exception as error:  # the session must never crash because of a heal
             from pytest_kernelfix.redact import redact
 
+            self.report = None  # nothing was written: the summary names no report
             self.error = redact(
                 f"healing stopped by an internal error: {type(error).__name__}: {error}")
-            return
-        self.publish()
 
     def publish(self) -> None:
         """Every output of the session, once: the report files, GitHub's step summary and
