@@ -13,6 +13,7 @@ from pytest_kernelfix.rerun.plan import (
     PLAN_VERSION,
     DevicePlan,
     PlanError,
+    ProbePlan,
     RerunPlan,
     device_plan,
     load_plan,
@@ -72,18 +73,23 @@ def test_a_plan_of_another_version_or_shape_is_refused(change: dict[str, object]
         RerunPlan.from_json(data)
 
 
-def test_a_sensitivity_rerun_names_its_poison_in_the_plan(tmp_path: Path) -> None:
+def test_a_probing_rerun_names_what_it_probes_in_the_plan(tmp_path: Path) -> None:
+    probe = ProbePlan(poison="scramble", kernels=("kernels/ops.py::scale_kernel",),
+                      reach=True, fingerprint=True)
     poisoned = RerunPlan("/proj", "/tmp/box/proj", "/tmp/w/results.jsonl", "/tmp/w/imports",
-                         ("tests/test_a.py::test_a",), DevicePlan(), poison="scramble")
+                         ("tests/test_a.py::test_a",), DevicePlan(), probe)
     path = tmp_path / "plan.json"
     poisoned.write(path)
     assert load_plan({PLAN_ENV: str(path)}) == poisoned
-    assert plan().poison == ""  # a plain rerun poisons nothing
+    assert not plan().probe.active  # a plain rerun probes nothing
+    data = poisoned.to_json()
     with pytest.raises(PlanError, match="incomplete or malformed"):
-        RerunPlan.from_json({**poisoned.to_json(), "poison": "zeros"})
-    with pytest.raises(PlanError, match="incomplete or malformed"):  # a version-1 plan
-        RerunPlan.from_json({key: value for key, value in poisoned.to_json().items()
-                             if key != "poison"})
+        RerunPlan.from_json({**data, "probe": {**data["probe"], "poison": "zeros"}})
+    with pytest.raises(PlanError, match="incomplete or malformed"):
+        RerunPlan.from_json({**data, "probe": {**data["probe"], "reach": "yes"}})
+    with pytest.raises(PlanError, match="version 2 is not 3"):  # a plan of the last version
+        RerunPlan.from_json({**{k: v for k, v in data.items() if k != "probe"},
+                             "poison": "nan", "version": 2})
 
 
 def test_an_unreadable_plan_file_is_a_plan_error(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
-from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, RerunPlan
+from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
 from pytest_kernelfix.rerun.report import RerunResult, fold_events, read_events, signal_name
 from pytest_kernelfix.rerun.server import (
     ForkUnavailable,
@@ -70,16 +70,17 @@ class RerunSetup:
 class RerunSpec:
     """One rerun: these tests, in this sandbox copy, the session's way.
 
-    ``poison`` makes it a sensitivity rerun: every project kernel's output is replaced
-    right after each launch (one of :data:`~pytest_kernelfix.rerun.plan.POISON_MODES`).
-    ``stop_early`` ends the run at the first test that fails (``--exitfirst``): the
+    ``probe`` says what the child measures besides the outcomes: poisoned kernel outputs
+    (a sensitivity rerun), guarded checks, launch fingerprints
+    (:class:`~pytest_kernelfix.rerun.plan.ProbePlan`). ``stop_early`` ends the run at
+    the first test that fails (``--exitfirst``): the
     tests after it get no outcome.
     """
 
     setup: RerunSetup
     sandbox_root: Path
     nodeids: tuple[str, ...]
-    poison: str = ""
+    probe: ProbePlan = field(default_factory=ProbePlan)
     stop_early: bool = False
 
     @property
@@ -146,7 +147,7 @@ def rerun_plan(spec: RerunSpec, work: Path) -> RerunPlan:
         alias_dir=str(work / "imports"),
         nodeids=spec.nodeids,
         device=spec.setup.device,
-        poison=spec.poison,
+        probe=spec.probe,
     )
 
 

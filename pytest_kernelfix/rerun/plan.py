@@ -21,7 +21,7 @@ from typing import Any
 from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enabled
 
 #: Bumped whenever a field changes meaning; a child refuses any other version.
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 #: How a sensitivity rerun replaces what each project kernel wrote, right after each
 #: launch: NaN (floats) or a sentinel (integers; booleans are flipped), or the written
 #: values scrambled into other finite values. "" runs the tests as they are.
@@ -79,10 +79,34 @@ def device_plan(*, device: str, cuda_shim: bool, target: str, cache_dir: Path) -
 
 
 @dataclass(frozen=True)
+class ProbePlan:
+    """What a rerun measures besides the outcomes (all off: a plain rerun).
+
+    ``poison`` replaces what project kernels write, right after each launch (one of
+    :data:`POISON_MODES`); ``kernels`` limits that to these kernels (``relpath::name``;
+    empty: every project kernel); ``reach`` guards the tests' check statements so that
+    every check runs and is recorded (:mod:`pytest_kernelfix.rerun.probes.checks`);
+    ``fingerprint`` records what each project launch read and wrote.
+    """
+
+    poison: str = ""
+    kernels: tuple[str, ...] = ()
+    reach: bool = False
+    fingerprint: bool = False
+
+    def __post_init__(self) -> None:
+        if self.poison and self.poison not in POISON_MODES:
+            raise PlanError(f"unknown poison mode {self.poison!r}: not one of {POISON_MODES}")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.poison or self.reach or self.fingerprint)
+
+
+@dataclass(frozen=True)
 class RerunPlan:
     """Everything the child's agent needs: roots to map imports between, where to write
-    outcomes, which tests, the device, and whether to poison kernel outputs
-    (``poison``: one of :data:`POISON_MODES`, or "" for a plain rerun)."""
+    outcomes, which tests, the device, and what to probe (:class:`ProbePlan`)."""
 
     original_root: str
     sandbox_root: str
@@ -90,17 +114,14 @@ class RerunPlan:
     alias_dir: str
     nodeids: tuple[str, ...]
     device: DevicePlan = field(default_factory=DevicePlan)
-    poison: str = ""
+    probe: ProbePlan = field(default_factory=lambda: ProbePlan())
     version: int = PLAN_VERSION
-
-    def __post_init__(self) -> None:
-        if self.poison and self.poison not in POISON_MODES:
-            raise PlanError(f"unknown poison mode {self.poison!r}: not one of {POISON_MODES}")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["nodeids"] = list(self.nodeids)
         data["device"]["capability"] = list(self.device.capability)
+        data["probe"]["kernels"] = list(self.probe.kernels)
         return data
 
     @classmethod
@@ -113,6 +134,7 @@ class RerunPlan:
                             "session and its rerun child run different plugin versions")
         try:
             device = dict(data["device"])
+            probe = dict(data["probe"])
             major, minor = device["capability"]
             return cls(
                 original_root=str(data["original_root"]),
@@ -127,7 +149,12 @@ class RerunPlan:
                     gate_target=str(device["gate_target"]),
                     cache_dir=str(device["cache_dir"]),
                 ),
-                poison=str(data["poison"]),
+                probe=ProbePlan(
+                    poison=str(probe["poison"]),
+                    kernels=tuple(str(k) for k in probe["kernels"]),
+                    reach=_bool(probe["reach"]),
+                    fingerprint=_bool(probe["fingerprint"]),
+                ),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise PlanError(f"rerun plan is incomplete or malformed: {error!r}") from None

@@ -39,8 +39,45 @@ class ReportError(ValueError):
 
 
 @dataclass(frozen=True)
+class CheckSite:
+    """What happened at one check site of a test: the line of the test function's own
+    statement that led to the checks (:mod:`pytest_kernelfix.rerun.probes.checks`).
+
+    ``reads`` counts the value reads made there (comparisons, conversions to Python or
+    NumPy) on non-empty tensors, ``taint`` the most poison they saw (NaN runs: see
+    :class:`Probe`); ``runs`` and ``failures`` count the guarded check statements run
+    and failed there (reach mode only).
+    """
+
+    line: int
+    reads: int = 0
+    taint: str = ""
+    runs: int = 0
+    failures: int = 0
+
+    def to_json(self) -> list[Any]:
+        return [self.line, self.reads, self.taint, self.runs, self.failures]
+
+    @classmethod
+    def from_json(cls, data: Any) -> CheckSite:
+        line, reads, taint, runs, failures = data
+        return cls(int(line), int(reads), str(taint), int(runs), int(failures))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """One launch of a project kernel: ``kernel`` (``relpath::name``), a hash of what it
+    read (the bytes of the tensors it did not write, and its scalar arguments) and a
+    hash of what it wrote, taken before any poison."""
+
+    kernel: str
+    inputs: str
+    outputs: str
+
+
+@dataclass(frozen=True)
 class Probe:
-    """What a sensitivity rerun saw in one test's call phase.
+    """What a probing rerun saw in one test's call phase.
 
     ``project_launches`` counts launches of kernels defined in the project (not in test
     files or installed packages); ``poisoned`` the buffers those launches wrote and the
@@ -49,21 +86,41 @@ class Probe:
     poison the checked tensors carried in a NaN run: "partial" when some checked tensor
     held poison in part only (values put in place after the launch), else "full" when
     some held it throughout, "clean" when none held any, "" when not measured.
+    ``sites`` says the same per check site; ``reach`` whether the test's check
+    statements were guarded (their failures recorded in ``sites``, not raised);
+    ``fingerprints`` the project launches, in order, when asked for.
     """
 
     project_launches: int = 0
     poisoned: int = 0
     checks: int = 0
     taint: str = ""
+    sites: tuple[CheckSite, ...] = ()
+    reach: bool = False
+    fingerprints: tuple[Fingerprint, ...] = ()
+
+    def site(self, line: int) -> CheckSite | None:
+        return next((site for site in self.sites if site.line == line), None)
+
+    @property
+    def check_failed(self) -> bool:
+        """A guarded check failed (reach mode: the test would have failed there)."""
+        return any(site.failures for site in self.sites)
 
     def to_json(self) -> dict[str, Any]:
         return {"project_launches": self.project_launches, "poisoned": self.poisoned,
-                "checks": self.checks, "taint": self.taint}
+                "checks": self.checks, "taint": self.taint,
+                "sites": [site.to_json() for site in self.sites], "reach": self.reach,
+                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Probe:
         return cls(int(data.get("project_launches", 0)), int(data.get("poisoned", 0)),
-                   int(data.get("checks", 0)), str(data.get("taint", "")))
+                   int(data.get("checks", 0)), str(data.get("taint", "")),
+                   tuple(CheckSite.from_json(item) for item in data.get("sites", ())),
+                   bool(data.get("reach", False)),
+                   tuple(Fingerprint(str(k), str(i), str(o))
+                         for k, i, o in data.get("fingerprints", ())))
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ Loaded with ``-p pytest_kernelfix.rerun.child.agent`` in every rerun child (star
 kernel launches to the results file as each test finishes, so a crash mid-run leaves the
 finished tests readable, and keeps the child's :class:`~pytest_kernelfix.rerun.report.ChildReport`
 there, written again whenever it changes. Around each test's call phase it runs the
-integrity check (:mod:`pytest_kernelfix.rerun.probes.integrity`) and, in a sensitivity
-rerun, poisons project kernels' outputs and watches the test's checks
-(:mod:`pytest_kernelfix.rerun.probes.poison`); after the tests, the compile gate
-(:mod:`pytest_kernelfix.rerun.probes.gate`).
+integrity check (:mod:`pytest_kernelfix.rerun.probes.integrity`) and, as the plan's
+probe asks, poisons project kernels' outputs, fingerprints their launches and watches the
+test's checks (:mod:`pytest_kernelfix.rerun.probes.poison`), with every check statement
+guarded so that each one runs (:mod:`pytest_kernelfix.rerun.probes.checks`); after the
+tests, the compile gate (:mod:`pytest_kernelfix.rerun.probes.gate`).
 
 PYTEST_DONT_REWRITE: the bootstrap imports the plugin's modules before pytest starts.
 """
@@ -30,10 +31,19 @@ from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.rerun.child.bootstrap import mark_phase, phases
 from pytest_kernelfix.rerun.child.imports import installed_finder
 from pytest_kernelfix.rerun.plan import RerunPlan, load_plan
+from pytest_kernelfix.rerun.probes.checks import ReachMode
 from pytest_kernelfix.rerun.probes.compiles import CompileCounter
 from pytest_kernelfix.rerun.probes.integrity import CodeSites, IntegrityCheck
 from pytest_kernelfix.rerun.probes.poison import Poisoner, make_observer, remove_mode
-from pytest_kernelfix.rerun.report import ChildReport, GateResult, ImportMapping, Probe, TestOutcome
+from pytest_kernelfix.rerun.report import (
+    CheckSite,
+    ChildReport,
+    Fingerprint,
+    GateResult,
+    ImportMapping,
+    Probe,
+    TestOutcome,
+)
 
 #: Longest longrepr kept per test (head and tail), so the results file stays small.
 _MAX_LONGREPR = 40_000
@@ -57,8 +67,13 @@ class RerunAgent:
         self.output = Path(plan.output)
         self.integrity = integrity
         sites = integrity.sites if integrity is not None else CodeSites(plan.sandbox_root)
-        self.poisoner = Poisoner(plan.poison, sites) if plan.poison else None
+        probe = plan.probe
+        self.poisoner = Poisoner(probe.poison, sites, kernels=frozenset(probe.kernels),
+                                 fingerprint=probe.fingerprint) if probe.active else None
         self.observer: Any = None
+        self.reach: ReachMode | None = None
+        if probe.reach:
+            self.reach = ReachMode(tuple(config.getini("python_files")), plan.sandbox_root)
         # Each launch is written as it first happens: a kernel that crashes the process
         # has already said what it launched, and from where.
         self.recorder = LaunchRecorder(
@@ -90,6 +105,8 @@ class RerunAgent:
     def start(self) -> None:
         mark_phase("configured")
         changes: dict[str, Any] = {}
+        if self.reach is not None:
+            self.reach.install()
         try:
             self.recorder.install()
             changes["launch_recording"] = True
@@ -105,6 +122,8 @@ class RerunAgent:
 
     def stop(self) -> None:
         self.recorder.uninstall()
+        if self.reach is not None:
+            self.reach.uninstall()
         self.compiles.uninstall()
         changes: dict[str, Any] = {"import_mapping": self._import_mapping()}
         if self.poisoner is not None and self.poisoner.errors:
@@ -124,7 +143,9 @@ class RerunAgent:
 
     # hooks
 
-    def pytest_runtest_logstart(self, nodeid: str) -> None:
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, Any, str]) -> None:
+        if self.reach is not None:  # fixtures in the test module are guarded too
+            self.reach.log.start(str(self.config.rootpath / location[0]))
         self.recorder.reset()
         self._reports[nodeid] = []
         self._running = nodeid
@@ -134,7 +155,7 @@ class RerunAgent:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         """Integrity before and after the test body; poison and watch in between."""
         found = set(self.integrity.findings()) if self.integrity is not None else set()
-        observer = self._start_watching()
+        observer = self._start_watching(str(item.path))
         try:
             return (yield)
         finally:
@@ -143,27 +164,42 @@ class RerunAgent:
                 found |= observer.foreign
             if self.poisoner is not None:
                 self.poisoner.active = False
-                self._probes[item.nodeid] = Probe(
-                    self.poisoner.launches, self.poisoner.poisoned,
-                    observer.checks if observer is not None else 0,
-                    observer.taint if observer is not None else "")
+                self._probes[item.nodeid] = self._probe(str(item.path), observer)
             if self.integrity is not None:
                 found |= set(self.integrity.findings())
             self._findings[item.nodeid] = found
 
-    def _start_watching(self) -> Any:
-        """Arm the poisoner and push the observer (sensitivity reruns only)."""
+    def _start_watching(self, test_file: str) -> Any:
+        """Arm the poisoner and push the observer (probing reruns only)."""
         if self.poisoner is None:
             return None
         self.poisoner.reset()
         self.poisoner.active = True
         if self.observer is None:
-            self.observer = make_observer(self.poisoner.sites, taint=self.plan.poison == "nan")
+            self.observer = make_observer(self.poisoner.sites,
+                                          taint=self.plan.probe.poison == "nan")
             if self.integrity is not None:
                 self.integrity.allow(self.observer)
-        self.observer.reset()
+        self.observer.reset(test_file)
         self.observer.__enter__()
         return self.observer
+
+    def _probe(self, test_file: str, observer: Any) -> Probe:
+        """What the probes saw in this test, per check site too."""
+        assert self.poisoner is not None
+        read: dict[int, list[Any]] = observer.sites if observer is not None else {}
+        ran = self.reach.log.sites if self.reach is not None else {}
+        sites = []
+        for line in sorted(set(read) | set(ran)):
+            reads, taint = read.get(line, (0, ""))
+            count = ran.get(line)
+            sites.append(CheckSite(line, reads, taint, count.runs if count else 0,
+                                   count.failures if count else 0))
+        reached = self.reach is not None and os.path.abspath(test_file) in self.reach.transformed
+        return Probe(self.poisoner.launches, self.poisoner.poisoned,
+                     observer.checks if observer is not None else 0,
+                     observer.taint if observer is not None else "", tuple(sites), reached,
+                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

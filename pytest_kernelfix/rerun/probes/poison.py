@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_kernelfix.capture.launches import python_function
+from pytest_kernelfix.rerun.probes.checks import site_line
 from pytest_kernelfix.rerun.probes.integrity import CodeSites, project_subclass
 
 #: Names of the torch functions and Tensor methods through which a test reads values.
@@ -41,6 +42,8 @@ VALUE_READS = frozenset({
     "__bool__", "__float__", "__int__", "__index__", "__complex__", "isnan", "isinf",
     "isfinite", "isposinf", "isneginf",
 })
+#: Launches fingerprinted per test, at most (a loop of launches is summarised by its first).
+MAX_FINGERPRINTS = 64
 #: How much poison the checked tensors carried, least to most telling: one tensor that
 #: holds poison only in part (a result partly put in place after the launch) outweighs
 #: any number that hold it throughout.
@@ -124,43 +127,81 @@ def poison_scramble(view: Any, generator: Any) -> None:
         view.copy_(view.to(torch.int64)[order] + 1 + int(draws[0] * 7))
 
 
-class Poisoner:
-    """The launch hook of a sensitivity rerun; counts per test (see :meth:`reset`)."""
+def _digest(views: list[Any], scalars: list[Any]) -> str:
+    """A short hash of storages' bytes (in order) and of scalar arguments."""
+    import hashlib
 
-    def __init__(self, mode: str, sites: CodeSites, seed: int = 0) -> None:
+    digest = hashlib.blake2b(digest_size=12)
+    for view in views:
+        digest.update(view.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(b"\0")
+    digest.update(repr(scalars).encode())
+    return digest.hexdigest()
+
+
+class Poisoner:
+    """The launch hook of a probing rerun; counts per test (see :meth:`reset`).
+
+    ``mode`` poisons what each project kernel wrote ("" poisons nothing); ``kernels``
+    limits it to these kernels (``relpath::name`` keys, :meth:`key`; empty: every project
+    kernel). With ``fingerprint`` each project launch is also recorded as (kernel, hash of
+    what it read, hash of what it wrote), taken before any poison: two runs whose
+    launches read the same bytes and wrote the same bytes ran the same kernel computation.
+    """
+
+    def __init__(self, mode: str, sites: CodeSites, seed: int = 0, *,
+                 kernels: frozenset[str] = frozenset(), fingerprint: bool = False) -> None:
         self.mode = mode
         self.sites = sites
+        self.kernels = kernels
+        self.fingerprint = fingerprint
         self.active = False
         self.launches = 0
         self.poisoned = 0
+        self.fingerprints: list[tuple[str, str, str]] = []
         self.errors: list[str] = []
         self._seed = seed
-        self._project: dict[int, bool] = {}
+        self._keys: dict[int, str] = {}
 
     def reset(self) -> None:
         self.launches = 0
         self.poisoned = 0
+        self.fingerprints = []
 
-    def is_project_kernel(self, kernel: Any) -> bool:
-        known = self._project.get(id(kernel))
+    def key(self, kernel: Any) -> str:
+        """``relpath::name`` of a kernel defined in the project, else ""."""
+        known = self._keys.get(id(kernel))
         if known is None:
             fn = python_function(kernel)
-            known = fn is not None and self.sites.kind(fn.__code__.co_filename) == "project"
-            self._project[id(kernel)] = known
+            kind, relative = ("", "") if fn is None else self.sites.site(
+                fn.__code__.co_filename)
+            known = f"{relative}::{fn.__name__}" if kind == "project" and fn else ""
+            self._keys[id(kernel)] = known
         return known
+
+    def is_project_kernel(self, kernel: Any) -> bool:
+        return bool(self.key(kernel))
 
     def __call__(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                  ) -> Callable[[], None] | None:
-        if not self.active or not self.is_project_kernel(kernel):
+        if not self.active:
+            return None
+        key = self.key(kernel)
+        if not key:
             return None
         self.launches += 1
+        poison = bool(self.mode) and (not self.kernels or key in self.kernels)
+        if not (poison or self.fingerprint):
+            return None
+        values = (*args, *kwargs.values())
         try:
             with _untouchable():
-                before = self._snapshot((*args, *kwargs.values()))
+                before = self._snapshot(values)
         except Exception as error:  # never break the launch itself
             self.errors.append(f"snapshot failed: {type(error).__name__}: {error}")
             return None
-        return (lambda: self._after(before)) if before else None
+        scalars = [v for v in values if isinstance(v, (bool, int, float, str))]
+        return lambda: self._after(key, before, scalars, poison)
 
     def _snapshot(self, values: tuple[Any, ...]) -> list[tuple[Any, Any, Any]]:
         taken: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
@@ -173,14 +214,21 @@ class Poisoner:
             taken[key] = (tensor, raw, raw.clone())
         return list(taken.values())
 
-    def _after(self, before: list[tuple[Any, Any, Any]]) -> None:
+    def _after(self, key: str, before: list[tuple[Any, Any, Any]], scalars: list[Any],
+               poison: bool) -> None:
         import torch
 
         try:
             with _untouchable():
-                for tensor, raw, copy in before:
-                    if torch.equal(raw, copy):
-                        continue
+                written = [(tensor, raw) for tensor, raw, copy in before
+                           if not torch.equal(raw, copy)]
+                if self.fingerprint and len(self.fingerprints) < MAX_FINGERPRINTS:
+                    read = [copy for _, raw, copy in before if torch.equal(raw, copy)]
+                    self.fingerprints.append((key, _digest(read, scalars),
+                                              _digest([raw for _, raw in written], [])))
+                if not poison:
+                    return
+                for tensor, _ in written:
                     view = storage_view(tensor, tensor.dtype)
                     if self.mode == "nan":
                         poison_nan(view)
@@ -217,10 +265,13 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
             super().__init__()
             self.reset()
 
-        def reset(self) -> None:
+        def reset(self, test_file: str = "") -> None:
             self.checks = 0
             self.taint = ""
             self.foreign: set[str] = set()
+            self.test_file = test_file
+            #: site line -> [value reads, worst taint] (see :mod:`.checks`)
+            self.sites: dict[int, list[Any]] = {}
 
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: Any = None) -> Any:
@@ -244,9 +295,12 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
                 if not present:
                     return
                 self.checks += 1
+                site = self.sites.setdefault(site_line(frame, self.test_file), [0, ""])
+                site[0] += 1
                 if taint:
                     worst = max((_taint(t) for t in present), key=TAINT_ORDER.index)
                     self.taint = max(self.taint, worst, key=TAINT_ORDER.index)
+                    site[1] = max(site[1], worst, key=TAINT_ORDER.index)
 
     return Observer()
 

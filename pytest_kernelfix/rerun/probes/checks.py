@@ -1,0 +1,274 @@
+"""Every check of a test, reached and recorded: the probe behind per-check sensitivity.
+
+A poisoned rerun asks, of the check that failed on the original, whether it now fails
+because the kernel's output is poisoned. A test stops at its first failing check, so a
+check written after one that poison breaks would never be reached. In *reach* mode every
+check statement in the test module's functions (an ``assert``, or a call on a line of
+its own such as ``torch.testing.assert_close(out, ref)``) runs inside
+``try/except AssertionError``: whether it passed or failed is recorded, and the test goes
+on to its next check. The test's data flow is untouched (checks compute nothing the test
+uses later); only its verdicts stop being fatal, so a reach-mode outcome is read from the
+record, never from pytest's pass or fail.
+
+A check is named by its *site*: the line of the test function's own statement that led
+to it (the outermost frame in the test's file), so a check made inside a helper is named
+by the helper's call, as it is in the original failure's traceback.
+
+The transform is applied to test modules only (``python_files``), where pytest rewrites
+their asserts; statements inside ``with pytest.raises(...)`` and inside a ``try`` that
+handles AssertionError keep their meaning and are left alone.
+
+PYTHONDONTWRITEBYTECODE and the sandbox's missing ``__pycache__`` mean nothing rewritten
+here is ever read back by a plain rerun.
+
+PYTEST_DONT_REWRITE: imported by the rerun agent before pytest collects.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import fnmatch
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+#: The name wrapped check statements call; set in ``builtins`` while reach mode is on.
+RECORDER = "__kernelfix_check__"
+
+#: Exception names whose handlers already catch a failed assert: leave their body alone.
+_CATCHES_ASSERT = frozenset({"AssertionError", "Exception", "BaseException"})
+#: Context managers that expect the body to raise: leave their body alone.
+_EXPECTS_RAISE = frozenset({"raises", "warns", "deprecated_call", "assertRaises",
+                            "assertRaisesRegex", "assertWarns"})
+
+
+# -- the transform (pure) ------------------------------------------------------------------
+
+
+def _is_check(statement: ast.stmt) -> bool:
+    """An ``assert``, or a call on a line of its own (``assert_close(a, b)``)."""
+    if isinstance(statement, ast.Assert):
+        return True
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+
+
+def _handler_names(handler: ast.ExceptHandler) -> Iterable[str]:
+    if handler.type is None:
+        yield "BaseException"
+        return
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    for kind in kinds:
+        yield kind.attr if isinstance(kind, ast.Attribute) else getattr(kind, "id", "")
+
+
+def _expects_raise(statement: ast.With | ast.AsyncWith) -> bool:
+    for item in statement.items:
+        call = item.context_expr
+        func = call.func if isinstance(call, ast.Call) else call
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in _EXPECTS_RAISE:
+            return True
+    return False
+
+
+def _guarded(statement: ast.stmt) -> ast.Try:
+    """``try: STATEMENT / except AssertionError: record(False) / else: record(True)``,
+    every new node on the statement's own lines."""
+
+    def record(passed: bool) -> ast.stmt:
+        call = ast.Call(ast.Name(RECORDER, ast.Load()), [ast.Constant(passed)], [])
+        return ast.Expr(call)
+
+    wrapped = ast.Try(
+        body=[statement],
+        handlers=[ast.ExceptHandler(ast.Name("AssertionError", ast.Load()), None,
+                                    [record(False)])],
+        orelse=[record(True)],
+        finalbody=[],
+    )
+    own = {id(node) for node in ast.walk(statement)}
+    for node in ast.walk(wrapped):
+        if id(node) not in own:
+            ast.copy_location(node, statement)
+    return wrapped
+
+
+class _Wrap:
+    """Guards the check statements of every function body (not module-level code)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.wrapped = 0
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+        self.depth += 1
+        try:
+            node.body = self._statements(node.body)
+        finally:
+            self.depth -= 1
+        return node
+
+    def _statements(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        result: list[ast.stmt] = []
+        for statement in body:
+            if _is_check(statement):
+                self.wrapped += 1
+                result.append(_guarded(statement))
+                continue
+            result.append(self._compound(statement))
+        return result
+
+    def _compound(self, statement: ast.stmt) -> ast.stmt:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return self._function(statement)  # type: ignore[return-value]
+        if isinstance(statement, ast.ClassDef):
+            statement.body = [self._compound(s) for s in statement.body]
+            return statement
+        if isinstance(statement, (ast.With, ast.AsyncWith)) and _expects_raise(statement):
+            return statement
+        if isinstance(statement, ast.Try) and any(
+                name in _CATCHES_ASSERT for handler in statement.handlers
+                for name in _handler_names(handler)):
+            statement.handlers = [self._handler(h) for h in statement.handlers]
+            statement.orelse = self._statements(statement.orelse)
+            statement.finalbody = self._statements(statement.finalbody)
+            return statement
+        if self.depth == 0:  # module-level code runs at import: no test is running
+            return statement
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(statement, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(statement, field, self._statements(value))
+        if isinstance(statement, ast.Try):
+            statement.handlers = [self._handler(h) for h in statement.handlers]
+        if isinstance(statement, ast.Match):
+            for case in statement.cases:
+                case.body = self._statements(case.body)
+        return statement
+
+    def _handler(self, handler: ast.ExceptHandler) -> ast.ExceptHandler:
+        handler.body = self._statements(handler.body)
+        return handler
+
+
+def wrap_checks(tree: ast.Module) -> int:
+    """Guard the check statements of every function in ``tree``, in place; how many."""
+    wrap = _Wrap()
+    for index, statement in enumerate(tree.body):
+        tree.body[index] = wrap._compound(statement)
+    ast.fix_missing_locations(tree)
+    return wrap.wrapped
+
+
+# -- sites ---------------------------------------------------------------------------------
+
+
+def site_line(frame: FrameType | None, test_file: str) -> int:
+    """The line of the outermost frame running ``test_file`` (the test function's own
+    statement), from ``frame`` outwards; 0 when none runs it."""
+    line = 0
+    while frame is not None:
+        if frame.f_code.co_filename == test_file:
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
+def failing_site(frames: Sequence[tuple[str, int]], test_file: str) -> int:
+    """The site of a failure from its traceback frames ``(path, line)``, outermost first:
+    the line of the outermost frame in ``test_file``; 0 when no frame is there."""
+    return next((line for path, line in frames if os.path.abspath(path) == test_file), 0)
+
+
+# -- the record ----------------------------------------------------------------------------
+
+
+@dataclass
+class SiteCount:
+    """What one check site did in one test: guarded statements run and failed there."""
+
+    runs: int = 0
+    failures: int = 0
+
+
+class CheckLog:
+    """Counts the guarded check statements of the running test, by site."""
+
+    def __init__(self) -> None:
+        self.test_file = ""
+        self.sites: dict[int, SiteCount] = {}
+
+    def start(self, test_file: str) -> None:
+        self.test_file = test_file
+        self.sites = {}
+
+    def __call__(self, passed: bool) -> None:
+        line = site_line(sys._getframe(1), self.test_file)
+        count = self.sites.setdefault(line, SiteCount())
+        count.runs += 1
+        count.failures += not passed
+
+
+# -- installing reach mode -----------------------------------------------------------------
+
+
+def reach_rewrite(patterns: Sequence[str], root: str, transformed: set[str]
+                  ) -> Callable[..., Any]:
+    """pytest's ``rewrite_asserts``, guarding check statements first in test modules
+    under ``root`` (their paths are added to ``transformed``)."""
+    from _pytest.assertion import rewrite
+
+    original = rewrite.rewrite_asserts
+    prefix = os.path.join(root, "")
+
+    def rewrite_asserts(mod: ast.Module, source: bytes, module_path: str | None = None,
+                        config: Any = None) -> None:
+        name = os.path.basename(module_path or "")
+        if (module_path and os.path.abspath(module_path).startswith(prefix)
+                and name != "conftest.py"
+                and any(fnmatch.fnmatch(name, pattern) for pattern in patterns)):
+            wrap_checks(mod)
+            transformed.add(os.path.abspath(module_path))
+        original(mod, source, module_path, config)
+
+    rewrite_asserts.__wrapped__ = original  # type: ignore[attr-defined]
+    return rewrite_asserts
+
+
+class ReachMode:
+    """Reach mode on for this process: guarded test modules, and the log they call."""
+
+    def __init__(self, patterns: Sequence[str], root: str) -> None:
+        self.log = CheckLog()
+        self.patterns = tuple(patterns) or ("test_*.py", "*_test.py")
+        self.root = root
+        #: Test files whose checks are guarded (pytest's ``--assert=plain`` rewrites none).
+        self.transformed: set[str] = set()
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        """Rewrite test modules with their checks guarded: pytest's rewriter, unshared
+        (the rerun server's cache holds plain rewrites) and never read from a pyc."""
+        from _pytest.assertion import rewrite
+
+        plain = getattr(rewrite._rewrite_test, "rewrite", rewrite._rewrite_test)
+        for owner, name, value in (
+            (rewrite, "rewrite_asserts", reach_rewrite(self.patterns, self.root, self.transformed)),
+            (rewrite, "_rewrite_test", plain),
+            (rewrite, "_read_pyc", lambda *args, **kwargs: None),
+            (builtins, RECORDER, self.log),
+        ):
+            self._saved.append((owner, name, getattr(owner, name, None)))
+            setattr(owner, name, value)
+
+    def uninstall(self) -> None:
+        for owner, name, value in reversed(self._saved):
+            if value is None and owner is builtins:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self._saved = []
