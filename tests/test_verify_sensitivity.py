@@ -87,7 +87,7 @@ class Scripted:
 
     def __call__(self, spec: RerunSpec) -> RerunResult:
         self.specs.append(spec)
-        return self.answers[spec.poison]
+        return self.answers[spec.probe.poison]
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_a_candidate_passes_only_after_both_poisons_make_the_tests_fail(sandbox:
                                        "nan": run(outcome(A, "failed")),
                                        "scramble": run(outcome(A, "failed", taint=""))})
     assert verdict.ok, verdict  # type: ignore[attr-defined]
-    assert [spec.poison for spec in runner.specs] == ["", "nan", "scramble"]
+    assert [spec.probe.poison for spec in runner.specs] == ["", "nan", "scramble"]
     assert all(spec.nodeids == (A,) for spec in runner.specs)
 
 
@@ -131,7 +131,7 @@ def test_a_test_that_checks_nothing_ends_as_uncertifiable(sandbox: Sandbox) -> N
     verdict, runner = verify(sandbox, {"": run(outcome(A, "passed")),
                                        "nan": run(outcome(A, "passed", checks=0))})
     assert verdict.kind == UNCERTIFIABLE and not verdict.ok  # type: ignore[attr-defined]
-    assert [spec.poison for spec in runner.specs] == ["", "nan"]  # no scrambled run
+    assert [spec.probe.poison for spec in runner.specs] == ["", "nan"]  # no scrambled run
 
 
 def test_integrity_findings_count_only_when_the_unpatched_code_had_none(sandbox: Sandbox) -> None:
@@ -162,4 +162,4 @@ def test_a_rerun_whose_integrity_check_could_not_start_is_no_pass(sandbox: Sandb
     assert not verdict.ok and verdict.kind == "rerun"  # type: ignore[attr-defined]
     assert verdict.summary == (  # type: ignore[attr-defined]
         "the run-time integrity check could not start: ImportError: numpy.testing")
-    assert [spec.poison for spec in runner.specs] == [""]
+    assert [spec.probe.poison for spec in runner.specs] == [""]

@@ -34,7 +34,8 @@ class Failure:
     ``hashes`` are sha256 digests of the project files involved, taken when the test
     ran, so that ``--kernelfix-apply`` can refuse to overwrite a file edited since.
     ``crashed``: the test took its xdist worker down (nothing was recorded; healing
-    reruns it alone first); ``marked``: it carries the ``kernel`` marker.
+    reruns it alone first); ``marked``: it carries the ``kernel`` marker;
+    ``duration``: seconds its call phase took (what makes a representative cheap).
     """
 
     nodeid: str
@@ -45,6 +46,7 @@ class Failure:
     hashes: tuple[tuple[str, str], ...] = ()
     crashed: bool = False
     marked: bool = False
+    duration: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,20 @@ COMPUTE_METHODS = frozenset({
     "log_softmax", "matmul", "mm", "bmm", "addmm", "relu", "relu_", "gelu", "erf", "sqrt",
     "rsqrt", "pow", "pow_", "square", "add", "add_", "sub", "sub_", "mul", "mul_", "div",
     "div_", "lerp", "lerp_", "addcmul", "addcmul_", "clamp", "clamp_", "cumsum", "logsumexp",
-    "norm", "masked_fill", "masked_fill_", "index_add_", "scatter_add_",
+    "norm", "masked_fill", "masked_fill_", "index_add_", "scatter_add_", "clip", "clip_",
+    "nan_to_num", "nan_to_num_", "abs", "abs_", "maximum", "minimum", "where",
 })
+
+#: Calls that mask values (clip them, replace NaN or infinities, drop the sign, fill a
+#: mask) rather than combine them with other data.
+MASKING_CALLS = frozenset({
+    "clamp", "clamp_", "clip", "clip_", "nan_to_num", "nan_to_num_", "abs", "abs_",
+    "absolute", "masked_fill", "masked_fill_",
+})
+#: Calls that mask when one operand is a constant (``torch.maximum(out, 0)``).
+_BOUNDS = frozenset({"maximum", "minimum", "fmax", "fmin"})
+#: Tests of values that make a ``where`` a mask (``where(isnan(out), 0, out)``).
+_VALUE_TESTS = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf"})
 
 _COMPUTE_ROOTS = ("torch.", "numpy.", "scipy.")
 _FALLBACK_FREE = frozenset({"pad"})  # data movement in torch.nn.functional
@@ -212,6 +224,8 @@ class _Wrapper:
     launches: int = 0
     early_returns: int = 0
     after_launch: Counter[str] = field(default_factory=Counter)
+    #: the statements up to the last launch: what decides what the kernel computes
+    before_launch: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -222,6 +236,7 @@ class _Facts:
     io: Counter[str]
     wrappers: dict[str, _Wrapper]
     functions: frozenset[str]
+    kernels: frozenset[str] = frozenset()  # the source of every @triton.jit function
 
 
 def _names(text: str) -> Counter[str]:
@@ -337,7 +352,9 @@ def _wrapper(function: ast.FunctionDef | ast.AsyncFunctionDef) -> _Wrapper | Non
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr))
         and n.lineno > first and not any(_is_launch(c) for c in ast.walk(n)) and _computes(n)
     )
-    return _Wrapper(len(launches), early, after)
+    last = max(launches)
+    before = tuple(ast.unparse(n) for n in function.body if n.lineno <= last)
+    return _Wrapper(len(launches), early, after, before)
 
 
 def _assigned(targets: Sequence[ast.expr]) -> Iterator[ast.expr]:
@@ -369,6 +386,7 @@ def _facts(text: str) -> _Facts | None:
     wrappers: dict[str, _Wrapper] = {}
     functions: set[str] = set()
     kernel_nodes: set[int] = set()
+    kernels: set[str] = set()
 
     def visit(scope: ast.AST, prefix: str) -> None:
         for node in ast.iter_child_nodes(scope):
@@ -377,6 +395,7 @@ def _facts(text: str) -> _Facts | None:
                 functions.add(name)
                 if _is_kernel(node):
                     kernel_nodes.update(id(n) for n in ast.walk(node))
+                    kernels.add(ast.unparse(node))
                     continue
                 found = _wrapper(node)
                 if found is not None:
@@ -426,7 +445,8 @@ def _facts(text: str) -> _Facts | None:
                 compute[f".{node.func.attr}()"] += 1
     names = _names(text)
     names["getattr"] -= plain_getattrs
-    return _Facts(+names, patches, compute, io, wrappers, frozenset(functions))
+    return _Facts(+names, patches, compute, io, wrappers, frozenset(functions),
+                  frozenset(kernels))
 
 
 def _plain_getattr(node: ast.AST) -> bool:
@@ -495,10 +515,125 @@ def _shape(path: str, old: str, new: str) -> list[str]:
                      f"outside the Triton kernels of {path}")
     for name, old_wrapper, wrapper in shared:
         computed = _added(old_wrapper.after_launch, wrapper.after_launch)
-        if computed:
+        masked = [statement for statement in computed if _masks(statement)]
+        if masked:
+            notes.append(f"the candidate masks the kernel's result after the launch in "
+                         f"{name}() ({path}): `{masked[0]}`; a mask hides a wrong kernel, "
+                         "it does not fix it")
+        rest = [statement for statement in computed if statement not in masked]
+        if rest:
             notes.append(f"the candidate computes on the result after the kernel launch in "
-                         f"{name}() ({path}): `{computed[0]}`")
+                         f"{name}() ({path}): `{rest[0]}`")
     return notes
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+#: Calls that make a tensor of one constant value whatever their first argument.
+_FILLED = frozenset({"zeros_like", "ones_like", "zeros", "ones", "new_zeros", "new_ones"})
+#: Calls that make a constant from their last argument (``full_like(x, 0.0)``).
+_FILLED_WITH = frozenset({"full_like", "full", "new_full", "tensor", "scalar_tensor",
+                          "as_tensor", "float", "int"})
+
+
+def _constant(node: ast.expr) -> bool:
+    """``0``, ``-1.0``, ``float("inf")``, ``torch.zeros_like(x)``: a value that is no data."""
+    if isinstance(node, ast.UnaryOp):
+        return _constant(node.operand)
+    if isinstance(node, ast.Call):
+        name = _call_name(node)
+        if name in _FILLED:
+            return True
+        return name in _FILLED_WITH and bool(node.args) and _constant(node.args[-1])
+    return isinstance(node, ast.Constant)
+
+
+def _masks(statement: str) -> bool:
+    """The statement clips, replaces NaN or infinities, drops signs or fills a mask."""
+    for node in ast.walk(ast.parse(statement)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _call_name(node)
+        if name in MASKING_CALLS:
+            return True
+        operands = [*node.args, *(k.value for k in node.keywords)]
+        if isinstance(node.func, ast.Attribute) and name in _BOUNDS:
+            operands.append(node.func.value)
+        if name in _BOUNDS and any(_constant(arg) for arg in operands):
+            return True
+        if name == "where" and node.args and any(
+                isinstance(n, ast.Call) and _call_name(n) in _VALUE_TESTS
+                for n in ast.walk(node.args[0])):
+            return True
+    return False
+
+
+def _combines(statement: str) -> bool:
+    """Arithmetic of the result with other data (``out / n``, ``grad * dy``)."""
+    for node in ast.walk(ast.parse(statement)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _ARITHMETIC) and not (
+                _constant(node.left) or _constant(node.right)):
+            return True
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, _ARITHMETIC) and not (
+                _constant(node.value)):
+            return True
+        if (isinstance(node, ast.Call) and _call_name(node) in _COMBINING_CALLS
+                and not all(_constant(arg) for arg in node.args)):
+            return True
+    return False
+
+
+_COMBINING_CALLS = frozenset({
+    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "addcmul", "addcdiv",
+    "matmul", "mm", "bmm", "lerp",
+})
+
+
+@dataclass(frozen=True)
+class Masking:
+    """What a candidate does to a kernel's result after the launch, read from the code.
+
+    ``statements`` are the post-launch statements it adds that mask values (clip,
+    ``nan_to_num``, ``where`` over ``isnan``...); ``combines`` whether it also adds
+    arithmetic that combines the result with other data (a divisor, a chain-rule factor);
+    ``kernel_unchanged`` whether every ``@triton.jit`` function and every wrapper's code up
+    to its launch is as before (so the kernels compute what they did)."""
+
+    statements: tuple[str, ...] = ()
+    combines: bool = False
+    kernel_unchanged: bool = False
+
+    @property
+    def only_masks(self) -> bool:
+        return bool(self.statements) and not self.combines
+
+
+def masking(before: Mapping[str, str], after: Mapping[str, str]) -> Masking:
+    """The post-launch masking a candidate adds across its changed files."""
+    statements: list[str] = []
+    combines = False
+    unchanged = True
+    for path in sorted(after):
+        if before.get(path) == after[path] or not path.endswith(".py"):
+            continue
+        old, new = _facts(before.get(path, "")), _facts(after[path])
+        if old is None or new is None:
+            return Masking()
+        unchanged = unchanged and old.kernels == new.kernels and all(
+            old.wrappers[name].before_launch == wrapper.before_launch
+            for name, wrapper in new.wrappers.items() if name in old.wrappers)
+        for name, wrapper in new.wrappers.items():
+            previous = old.wrappers.get(name)
+            for statement in _added(previous.after_launch if previous else Counter(),
+                                    wrapper.after_launch):
+                if _masks(statement):
+                    statements.append(statement)
+                elif _combines(statement):
+                    combines = True
+    return Masking(tuple(statements), combines, unchanged)
 
 
 def shape_notes(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -95,7 +96,8 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
         with lock:  # bugs heal in threads; a conftest hook need not be thread-safe
             return config.hook.pytest_kernelfix_propose(request=request, config=config)
 
-    return HookFixer(ask, configured)
+    hooked = bool(config.pluginmanager.hook.pytest_kernelfix_propose.get_hookimpls())
+    return HookFixer(ask, configured, hooked=hooked)
 
 
 #: Shown when healing runs without xdist, where a crashing kernel ends the session.
@@ -146,6 +148,7 @@ class HealingController:
             return
         captured = read_record(report.nodeid, record, report.longreprtext)
         if isinstance(captured, Failure):
+            captured = replace(captured, duration=report.duration)
             if report.failed and self.selection.selects(
                     captured.nodeid, captured.marked, captured.launches, self.project):
                 self.failures.append(captured)

@@ -1,19 +1,34 @@
 """Reading a sensitivity rerun: do the tests pass *because of* what the kernel computed?
 
-A candidate that passed its rerun is run again on the bug's failing tests with every
-project kernel's output poisoned right after each launch
+A candidate that passed its rerun is run again on some of the bug's failing tests with
+the project kernels' output poisoned right after each launch
 (:mod:`pytest_kernelfix.rerun.probes.poison`), once with NaN and once with scrambled
-finite values. Each test then gives evidence:
+finite values, every check statement of the tests guarded so that each check runs and
+its result is recorded (reach mode, :mod:`pytest_kernelfix.rerun.probes.checks`). Each
+test then gives evidence:
 
-- it **fails** with poison applied: its result comes from the kernel (sensitive). In
-  the NaN run, a test whose checked tensors carried poison only in part ("partial")
-  checks values that were partly put in place after the launch: bypass.
+- it **fails** with poison applied (a check fails, or it raises): its result comes from
+  the kernel (sensitive). In the NaN run, a test whose checked tensors carried poison
+  only in part ("partial") checks values partly put in place after the launch: bypass.
 - it **passes** with poison applied: when the test itself checked tensor values, the
   values it checked do not come from the kernel (bypass); when it checked no value at
   all, it does not depend on the kernel's output (it cannot certify any fix).
 - no buffer was poisoned (empty inputs, or a launch that wrote nothing): no evidence,
   unless a project kernel was launched and the passing test checked values anyway
   (a launch on a throwaway buffer, or one whose exception was caught): bypass.
+
+**Per check.** A test is sensitive as soon as one of its checks fails; that is not
+enough. The check that failed on the original (its *site*: the line of the test's
+statement) must fail too: when it ran, compared tensor values and passed with the
+kernel's output poisoned, the values it compares no longer come from the kernel (a loss
+computed with torch beside a gradient the kernel still computes): bypass. Checks that
+passed on the original are not required to depend on the kernel.
+
+**Per kernel** (:func:`judge_kernel`). With only the kernel the failure was attributed
+to poisoned, the check that failed on the original must still fail: a check that
+depends only on other kernels' outputs (a gradient computed with torch from the
+statistics the forward kernel saved, the backward kernel launched and ignored) is a
+bypass.
 
 A crash or timeout of a poisoned run counts as a failure of the tests it left
 unfinished: poison broke them. The verdict is the worst evidence: any bypass rejects the
@@ -24,11 +39,11 @@ poisoned at all).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
-from pytest_kernelfix.rerun.launcher import RerunResult
+from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 
 SENSITIVE, BYPASS, UNMEASURED = "sensitive", "bypass", "unmeasured"
 _FAILED = ("failed", "error")
@@ -55,14 +70,36 @@ def _ids(nodeids: Sequence[str]) -> str:
     return shown + (f" and {len(nodeids) - _SHOWN} more" if len(nodeids) > _SHOWN else "")
 
 
-def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str) -> Judgement:
-    """The verdict of the ``mode`` poisoned rerun of ``nodeids`` (the bug's failing tests)."""
+def _failed(outcome: TestOutcome) -> bool:
+    """The test failed, or would have: in reach mode a guarded check failed."""
+    return outcome.outcome in _FAILED or (outcome.probe is not None
+                                          and outcome.probe.check_failed)
+
+
+def check_passed(outcome: TestOutcome | None, line: int) -> bool:
+    """The check at ``line`` ran, read tensor values and passed every time (reach mode)."""
+    if outcome is None or outcome.probe is None or not outcome.probe.reach or not line:
+        return False
+    site = outcome.probe.site(line)
+    return site is not None and site.runs > 0 and site.reads > 0 and site.failures == 0
+
+
+def _site(nodeid: str, line: int) -> str:
+    return f"{nodeid.split('::')[0]}:{line}"
+
+
+def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
+                   sites: Mapping[str, int] | None = None) -> Judgement:
+    """The verdict of the ``mode`` poisoned rerun of ``nodeids`` (some of the bug's failing
+    tests); ``sites`` holds the line of the check each of them failed at on the original."""
+    sites = sites or {}
     broken_run = result.timed_out or bool(result.crash_reason)
     sensitive: list[str] = []
     insensitive: list[str] = []
     unchecked: list[str] = []
     partial: list[str] = []
     unwritten: list[str] = []
+    moved: list[str] = []
     poisoned = 0
     for nodeid in nodeids:
         outcome = result.outcome(nodeid)
@@ -74,10 +111,12 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str) -> Ju
         if probe is None:  # the child could not poison (no triton): nothing measured
             continue
         poisoned += probe.poisoned
-        failed = outcome.outcome in _FAILED
+        failed = _failed(outcome)
         if probe.poisoned:
             if failed and probe.taint == "partial":
                 partial.append(nodeid)
+            elif failed and check_passed(outcome, sites.get(nodeid, 0)):
+                moved.append(nodeid)
             elif failed:
                 sensitive.append(nodeid)
             elif probe.checks:
@@ -98,6 +137,18 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str) -> Ju
             "answer computed with torch or plain arithmetic, computed before the launch, or a "
             "launch on a throwaway buffer is not a fix. Make the kernel compute the result, and "
             "return what it wrote.",
+        )
+    if moved:
+        where = ", ".join(_site(n, sites[n]) for n in moved[:_SHOWN])
+        return Judgement(
+            BYPASS,
+            f"kernel bypass: the check that failed ({where}) passes with the kernel's output "
+            f"{replaced}: it compares values the kernel no longer produces",
+            f"The check that failed on the original code ({where}) still passes when every "
+            f"buffer the project's Triton kernels write is {replaced} right after each launch; "
+            "other checks of the test fail, but this one compares values that no longer come "
+            "from the kernel (computed with torch or plain arithmetic beside the launch). Fix "
+            "the kernel so that it computes these values, and return what it wrote.",
         )
     if partial:
         return Judgement(
@@ -134,3 +185,34 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str) -> Ju
         )
     return Judgement(SENSITIVE, f"{len(sensitive)} test(s) fail with the kernel's output "
                                 f"{replaced}")
+
+
+def depends_on(result: RerunResult, nodeid: str, line: int) -> bool:
+    """In a NaN run with some kernels poisoned, the check at ``line`` saw their poison."""
+    outcome = result.outcome(nodeid)
+    if outcome is None or outcome.probe is None or not outcome.probe.poisoned:
+        return False
+    site = outcome.probe.site(line)
+    return site is not None and site.taint in ("full", "partial")
+
+
+def judge_kernel(result: RerunResult, sites: Mapping[str, int], kernel: str) -> Judgement:
+    """The verdict of a NaN rerun with only ``kernel`` poisoned (``relpath::name``): the
+    check each test failed at on the original must fail again."""
+    name = kernel.rpartition("::")[2]
+    moved = [nodeid for nodeid, line in sites.items()
+             if (o := result.outcome(nodeid)) is not None and o.probe is not None
+             and o.probe.poisoned and check_passed(o, line)]
+    if not moved:
+        return Judgement(SENSITIVE, f"the check that failed depends on {name}")
+    where = ", ".join(_site(n, sites[n]) for n in moved[:_SHOWN])
+    return Judgement(
+        BYPASS,
+        f"kernel bypass: the check that failed ({where}) does not depend on {name}, the "
+        "kernel its failure was attributed to",
+        f"With only {name}'s output replaced by NaN, the check that failed on the original "
+        f"code ({where}) passes: the values it compares come from other kernels' outputs or "
+        f"from torch, not from {name}, which the failure was attributed to (on the original "
+        f"code that check reads {name}'s output). Computing the result from what another "
+        f"kernel saved, and ignoring {name}'s output, is not a fix: fix {name}.",
+    )

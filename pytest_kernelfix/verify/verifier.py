@@ -1,33 +1,65 @@
 """Judge a candidate by experiment: write it into the sandbox, order its reruns, judge.
 
-Before round 1 the unpatched code is rerun once (the baseline, read by
-:mod:`pytest_kernelfix.verify.triage`). After that a candidate passes only when every
-failing test of the bug passes, no test that passed before breaks, the tests still
-launch a Triton kernel, nothing the tests check with was changed while they ran, the
-rerun neither crashed nor hung (all read by :func:`~pytest_kernelfix.verify.judge.judge`),
-no test or data file was written, and, last, the failing tests fail again once the
-kernel's output is poisoned (:mod:`pytest_kernelfix.verify.sensitivity`): only then does
-the result come from the kernel.
+Staged, so that a heal costs about one more run of the failing tests whatever their
+number (``--kernelfix-verify staged``, the default). Each phase runs only when the ones
+before it passed, and the first that rejects the candidate ends its verification:
 
-A candidate's failing tests run first, and that rerun stops at the first one that still
-fails (most candidates fail; the rest would only repeat it); the regression set runs in
-a second rerun only once they all pass.
+1. **representative**: the cheapest failing test (:mod:`pytest_kernelfix.verify.sample`),
+   its launches fingerprinted;
+2. **failing**: the bug's other failing tests (a rerun stops at the first that still
+   fails); a candidate that only masks the kernel's unchanged output stops here
+   (:mod:`pytest_kernelfix.verify.masks`);
+3. **regression**: the tests that passed before and use the files the bug may edit; one
+   that fails is rerun on the original code, and it counts only if it passes there;
+4. **sensitivity**: a few diverse failing tests with every project kernel's output
+   poisoned (NaN, then scrambled values), their checks guarded so that each one runs:
+   the tests, and the very check each failed at, must fail
+   (:mod:`pytest_kernelfix.verify.sensitivity`); between the two, the first test with
+   only the kernel its failure was attributed to poisoned.
+
+Before round 1 the unpatched code is rerun on the representative only (the baseline, read
+by :mod:`pytest_kernelfix.verify.triage`); what the test run recorded stands for the
+rest. What is known only from the original code (regression tests that fail there too,
+integrity findings of the suite itself, which kernel a failed check reads) is measured
+when a candidate's verdict would depend on it, not before. ``--kernelfix-verify thorough``
+runs every failing test at each step instead (the baseline and the regression set up
+front, the poisoned reruns on every failing test).
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from pytest_kernelfix.heal.outcomes import Verdict, VerdictKind
+from pytest_kernelfix.config import VERIFY_MODES
+from pytest_kernelfix.heal.guards import masking
+from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
-from pytest_kernelfix.rerun.plan import POISON_MODES
+from pytest_kernelfix.rerun.plan import POISON_MODES, ProbePlan
+from pytest_kernelfix.rerun.probes.checks import failing_site
 from pytest_kernelfix.rerun.report import RerunResult, merge_results
 from pytest_kernelfix.rerun.sandbox import Sandbox
-from pytest_kernelfix.verify.judge import Expectations, integrity_findings, integrity_verdict, judge
-from pytest_kernelfix.verify.sensitivity import BYPASS, UNMEASURED, judge_poisoned
+from pytest_kernelfix.verify import sample
+from pytest_kernelfix.verify.judge import (
+    Expectations,
+    integrity_findings,
+    integrity_verdict,
+    judge,
+    still_failing,
+)
+from pytest_kernelfix.verify.masks import kernel_output_unchanged, masked_verdict
+from pytest_kernelfix.verify.sensitivity import (
+    BYPASS,
+    UNMEASURED,
+    Judgement,
+    depends_on,
+    judge_kernel,
+    judge_poisoned,
+)
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
 
@@ -37,58 +69,154 @@ from pytest_kernelfix.verify.workspace import Workspace
 #: rejected for that, whatever the regression set says, so it costs no second rerun.
 _JUDGED_AFTER_REGRESSION = (VerdictKind.PASSED, VerdictKind.BYPASS, VerdictKind.GATE)
 
+#: Kernels tried, last launched first, to find which one a failed check reads.
+_ATTRIBUTION_TRIES = 3
+
+_PLAIN = ProbePlan()
+_FINGERPRINT = ProbePlan(fingerprint=True)
+
 Runner = Callable[[RerunSpec], RerunResult]
+Say = Callable[[str], None]
+
+
+class _Rejected(Exception):
+    """A phase's verdict ends the verification (raised inside :meth:`Verifier._verify`)."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.summary)
+        self.verdict = verdict
 
 
 class Verifier:
     """Reruns one bug's tests (and its regression set) on candidates, in one sandbox.
 
-    Called with a candidate (path -> text), it returns the :class:`Verdict`.
+    Called with a candidate (path -> text), it returns the :class:`Verdict`, whose
+    ``phases`` say which tests each step ran. ``say`` receives a line as each phase
+    starts and ends.
     """
 
     def __init__(self, sandbox: Sandbox, setup: RerunSetup, group: BugGroup, project: Project,
-                 *, regression: Sequence[str] = (), runner: Runner) -> None:
+                 *, regression: Sequence[str] = (), runner: Runner, mode: str = "staged",
+                 say: Say = lambda line: None) -> None:
+        if mode not in VERIFY_MODES:
+            raise ValueError(f"unknown verify mode {mode!r}: not one of {VERIFY_MODES}")
         self.setup = setup
         self.group = group
         self.runner = runner
+        self.mode = mode
+        self.say = say
         self.nodeids = group.nodeids
         self.regression = tuple(n for n in regression if n not in self.nodeids)
-        self.regression_baseline: frozenset[str] = frozenset(self.regression)
+        #: Regression tests known to fail on the original code too: not regressions.
+        self.broken_before: set[str] = set()
+        #: Regression tests known to pass on the original code.
+        self.passed_before: set[str] = set()
         self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
         self.baseline_findings: frozenset[str] = frozenset()
         self.workspace = Workspace(sandbox, project.protected_files(
             f.test_path for f in group.failures))
         self.sandbox = sandbox
+        self.originals: Mapping[str, str] = {}
+        self.first = sample.first(self.nodeids, {f.nodeid: f.duration for f in group.failures})
+        #: The line of the check each failing test failed at, on the original code.
+        self.sites = {f.nodeid: failing_site([(fr.path, fr.lineno) for fr in f.error.frames],
+                                             f.test_path) for f in group.failures}
+        self.base: RerunResult | None = None  # the representative on the original code
+        self._attributed: tuple[str, ...] | None = None
+        self._seen: set[str] = set()  # tests whose findings on the original code are known
+        self.phases: list[Phase] = []
 
-    def expectations(self, *, regression: bool = True) -> Expectations:
-        """What a rerun must show: with ``regression``, the regression set's tests too."""
-        kept = tuple(sorted(self.regression_baseline)) if regression else ()
+    @property
+    def thorough(self) -> bool:
+        return self.mode == "thorough"
+
+    @property
+    def sensitive(self) -> tuple[str, ...]:
+        """The failing tests the poisoned reruns use."""
+        if self.thorough:
+            return self.nodeids
+        return sample.diverse(self.nodeids, self.first)
+
+    def expectations(self, *, regression: Sequence[str] = ()) -> Expectations:
+        """What a rerun must show: the bug's failing tests pass, ``regression`` too."""
         return Expectations(
             failing=self.nodeids,
-            regression=kept,
-            launched=self.launched | self.regression_baseline,
+            regression=tuple(regression),
+            launched=self.launched | frozenset(self.regression),
             allowed_findings=self.baseline_findings,
             timeout=self.setup.timeout,
             gate_target=self.setup.device.gate_target,
         )
 
-    def _spec(self, nodeids: tuple[str, ...], setup: RerunSetup | None = None, *,
-              stop_early: bool = False, poison: str = "") -> RerunSpec:
-        return RerunSpec(setup or self.setup, self.sandbox.root, nodeids, poison=poison,
-                         stop_early=stop_early)
-
     def restore(self) -> None:
         """Put the original bytes back for every file this verifier wrote."""
         self.workspace.restore()
 
+    # -- running ---------------------------------------------------------------------
+
+    def _run(self, name: str, nodeids: Sequence[str], *, probe: ProbePlan = _PLAIN,
+             stop_early: bool = False, setup: RerunSetup | None = None) -> RerunResult:
+        """One phase's rerun, said as it starts and ends; a run that wrote test or data
+        files is a rejection."""
+        nodeids = tuple(nodeids)
+        self.say(f"{name}: running {len(nodeids)} test(s)")
+        started = time.monotonic()
+        result = self.runner(RerunSpec(setup or self.setup, self.sandbox.root, nodeids,
+                                       probe=probe, stop_early=stop_early))
+        seconds = time.monotonic() - started
+        tampered = self.workspace.tampered()
+        if tampered:
+            self.workspace.undo(tampered)
+            self._record(name, nodeids, seconds, VerdictKind.TAMPERED.value)
+            raise _Rejected(Verdict(
+                False, f"the rerun changed test or data files: {', '.join(tampered)}",
+                "Running the patched code changed files it must not touch: "
+                + ", ".join(tampered), kind=VerdictKind.TAMPERED))
+        self._record(name, nodeids, seconds, "ran")
+        return result
+
+    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str
+                ) -> None:
+        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome))
+
+    def _decide(self, verdict: Verdict) -> Verdict:
+        """Mark the last phase with the verdict's kind and say how it ended."""
+        if self.phases:
+            last = self.phases[-1]
+            self.phases[-1] = replace(last, outcome=verdict.kind.value if verdict.kind else "")
+            self.say(f"{last.name}: {self.phases[-1].outcome} ({last.seconds:.1f} s)")
+        return verdict
+
+    def _on_originals(self, candidate: Mapping[str, str], step: Callable[[], object]) -> None:
+        """Run ``step`` with the original code in the sandbox, then the candidate again."""
+        self.workspace.write(self.originals)
+        try:
+            step()
+        finally:
+            self.workspace.write(candidate)
+
+    # -- before round 1 --------------------------------------------------------------
+
     def baseline(self, originals: Mapping[str, str]) -> RerunResult:
-        """Rerun the unpatched code: does the failure reproduce, which tests pass?"""
+        """Rerun the unpatched code: does the failure reproduce? Staged: the representative
+        only, unless it passes (then every failing test, and the first that still fails
+        becomes the representative); thorough: every failing and regression test."""
+        self.originals = dict(originals)
         self.workspace.write(originals)
-        result = self.runner(self._spec(self.nodeids + self.regression))
-        self.regression_baseline = frozenset(
-            nodeid for nodeid in self.regression if result.passed([nodeid])
-        )
+        self.phases = []
+        if self.thorough:
+            result = self._run("baseline", self.nodeids + self.regression, probe=_FINGERPRINT)
+            self.passed_before = {n for n in self.regression if result.passed([n])}
+            self.broken_before = set(self.regression) - self.passed_before
+        else:
+            result = self._run("baseline", (self.first,), probe=_FINGERPRINT)
+            if result.passed([self.first]) and len(self.nodeids) > 1:
+                result = self._run("baseline", self.nodeids, probe=_FINGERPRINT)
+                self.first = next((n for n in self.nodeids if result.outcome(n) is not None
+                                   and not result.passed([n])), self.first)
+        self.base = result
         self.baseline_findings = integrity_findings(result)
+        self._seen = {o.nodeid for o in result.outcomes}
         return result
 
     def triage(self, baseline: RerunResult) -> str:
@@ -96,68 +224,211 @@ class Verifier:
         :func:`~pytest_kernelfix.verify.triage.triage`); with the CUDA shim off, a failure
         that passes once it is on is the CPU mapping's."""
         device = self.setup.device
-        why_not = triage(baseline, self.group.first, self.nodeids, device)
+        ran = tuple(n for n in self.nodeids if baseline.outcome(n) is not None) or (self.first,)
+        failure = next((f for f in self.group.failures if f.nodeid == self.first),
+                       self.group.first)
+        why_not = triage(baseline, failure, ran, device)
         if why_not or not device.interpret or device.cuda_shim:
             return why_not
         setup = replace(self.setup, device=replace(device, cuda_shim=True))
-        passes = self.runner(self._spec(self.nodeids, setup, stop_early=True)).passed(
-            self.nodeids)
-        return CUDA_SHIM_LIMITATION if passes else ""
+        shimmed = self._run("triage with the CUDA shim", (self.first,), setup=setup,
+                            stop_early=True)
+        return CUDA_SHIM_LIMITATION if shimmed.passed([self.first]) else ""
+
+    # -- a candidate -----------------------------------------------------------------
 
     def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+        self.phases = []
         self.workspace.write(candidate)
         tampered = self.workspace.tampered()
         if tampered:
             return Verdict(False, f"test files changed: {', '.join(tampered)}",
                            kind=VerdictKind.TAMPERED)
-        first = self._run(self._spec(self.nodeids, stop_early=True))
-        if isinstance(first, Verdict):
-            return first
-        verdict = judge(first, self.expectations(regression=False))
-        if self.regression_baseline and verdict.kind in _JUDGED_AFTER_REGRESSION:
-            # The failing tests pass: run the regression set too; a broken regression test
-            # is reported before a bypass or a gate rejection, as in one combined rerun.
-            second = self._run(self._spec(tuple(sorted(self.regression_baseline))))
-            if isinstance(second, Verdict):
-                return second
-            verdict = judge(merge_results(first, second), self.expectations())
-        return self.sensitivity(verdict) if verdict.ok else verdict
+        try:
+            verdict = self._verify(candidate)
+        except _Rejected as rejected:
+            verdict = rejected.verdict
+        return replace(verdict, phases=tuple(self.phases))
 
-    def _run(self, spec: RerunSpec) -> RerunResult | Verdict:
-        """Run, then check that the candidate's code wrote no test or data file."""
-        result = self.runner(spec)
-        tampered = self.workspace.tampered()
-        if not tampered:
-            return result
-        self.workspace.undo(tampered)
-        return Verdict(False, f"the rerun changed test or data files: {', '.join(tampered)}",
-                       "Running the patched code changed files it must not touch: "
-                       + ", ".join(tampered), kind=VerdictKind.TAMPERED)
+    def _verify(self, candidate: Mapping[str, str]) -> Verdict:
+        result = self._failing(candidate)
+        verdict = self._judge(candidate, result)
+        if not verdict.ok and verdict.kind not in _JUDGED_AFTER_REGRESSION:
+            return self._decide(verdict)
+        masked = self._masked(candidate, result)
+        if masked is not None:
+            return self._decide(masked)
+        self._decide(verdict)
+        if self.regression:
+            verdict = self._regression(candidate, result)
+        return self._sensitivity(candidate, verdict) if verdict.ok else verdict
 
-    def sensitivity(self, passed: Verdict) -> Verdict:
-        """Rerun the failing tests with the kernels' outputs poisoned: they must fail.
+    def _judge(self, candidate: Mapping[str, str], result: RerunResult,
+               regression: Sequence[str] = ()) -> Verdict:
+        """:func:`judge`, after learning the original code's integrity findings in tests
+        the baseline did not run, when the verdict would otherwise blame the candidate."""
+        verdict = judge(result, self.expectations(regression=regression))
+        if verdict.kind is VerdictKind.INTEGRITY and self._learn_findings(candidate, result):
+            verdict = judge(result, self.expectations(regression=regression))
+        return verdict
 
-        Runs only for a candidate that passed everything else: one rerun per poison
-        (NaN, then scrambled values), the second only when the first found no bypass.
-        """
+    def _learn_findings(self, candidate: Mapping[str, str], result: RerunResult) -> bool:
+        """Rerun on the original code the tests with findings never measured there; True
+        when the original code has some of them too."""
+        unseen = tuple(o.nodeid for o in result.outcomes if o.nodeid not in self._seen
+                       and set(o.integrity) - self.baseline_findings)
+        if not unseen:
+            return False
+        known = self.baseline_findings
+
+        def measure() -> None:
+            found = self._run("integrity on the original code", unseen)
+            self.baseline_findings |= integrity_findings(found)
+            self._seen.update(unseen)
+
+        self._on_originals(candidate, measure)
+        return self.baseline_findings != known
+
+    def _failing(self, candidate: Mapping[str, str]) -> RerunResult:
+        """The representative, then the other failing tests (staged), or all at once."""
+        if self.thorough or len(self.nodeids) == 1:
+            return self._run("failing tests", self.nodeids, probe=_FINGERPRINT,
+                             stop_early=True)
+        first = self._run("representative", (self.first,), probe=_FINGERPRINT,
+                          stop_early=True)
+        verdict = self._judge(candidate, first)
+        if verdict.kind is VerdictKind.FAILING and not first.passed([self.first]):
+            raise _Rejected(self._decide(still_failing(first, self.nodeids, self.nodeids)))
+        if verdict.kind not in (*_JUDGED_AFTER_REGRESSION, VerdictKind.FAILING):
+            raise _Rejected(self._decide(verdict))
+        self._decide(Verdict(True, "passes"))
+        rest = tuple(n for n in self.nodeids if n != self.first)
+        return merge_results(first, self._run("failing tests", rest, stop_early=True))
+
+    def _masked(self, candidate: Mapping[str, str], failing: RerunResult) -> Verdict | None:
+        """A candidate that makes the tests pass only by masking the kernel's output,
+        which is unchanged: measured (same launch inputs and outputs as on the original)
+        where the launches can be compared, else read from the code."""
+        found = masking(self.originals, candidate)
+        if not found.only_masks or self.base is None:
+            return None
+        unchanged = kernel_output_unchanged(self.base, failing, self.first,
+                                            self._attributed or ())
+        if unchanged is False or (unchanged is None and not found.kernel_unchanged):
+            return None
+        return masked_verdict(found.statements, measured=unchanged is True)
+
+    def _kept(self) -> tuple[str, ...]:
+        return tuple(n for n in self.regression if n not in self.broken_before)
+
+    def _regression(self, candidate: Mapping[str, str], result: RerunResult) -> Verdict:
+        """The regression set. A test that fails is checked on the original code; one
+        that fails there too is no regression, and the tests a stopped rerun never
+        reached run next."""
+        pending = self._kept()
+        while pending:
+            run = self._run("regression", pending, stop_early=True)
+            result = merge_results(result, run)
+            verdict = self._judge(candidate, result, self._kept())
+            broken = [n for n in pending if run.outcome(n) is not None and not run.passed([n])]
+            unknown = [n for n in broken if n not in self.passed_before]
+            if verdict.kind is not VerdictKind.REGRESSION or not unknown:
+                return self._decide(verdict)
+            self._on_originals(candidate, functools.partial(self._check_before, unknown))
+            if not set(unknown) & self.broken_before:
+                return self._decide(verdict)
+            result = replace(result, outcomes=tuple(o for o in result.outcomes
+                                                    if o.nodeid not in self.broken_before))
+            pending = tuple(n for n in self._kept() if run.outcome(n) is None)
+        return self._decide(self._judge(candidate, result, self._kept()))
+
+    def _check_before(self, nodeids: Sequence[str]) -> None:
+        """Which of these regression tests pass on the original code."""
+        result = self._run("regression on the original code", nodeids)
+        for nodeid in nodeids:
+            (self.passed_before if result.passed([nodeid]) else self.broken_before).add(nodeid)
+
+    def _sensitivity(self, candidate: Mapping[str, str], passed: Verdict) -> Verdict:
+        """Poisoned reruns: NaN on a few failing tests, only the attributed kernel on the
+        first, then scrambled values; every check guarded (reach mode)."""
         notes: list[str] = []
+        reps = self.sensitive
+        sites = {n: self.sites.get(n, 0) for n in reps}
         for mode in POISON_MODES:
-            result = self._run(self._spec(self.nodeids, poison=mode))
-            if isinstance(result, Verdict):
-                return result
-            changed = integrity_verdict(result, self.baseline_findings)
-            if changed is not None:
-                return changed
-            judgement = judge_poisoned(result, self.nodeids, mode)
-            if judgement.state == BYPASS:
-                return Verdict(False, judgement.summary, judgement.feedback,
-                               kind=VerdictKind.INSENSITIVE)
-            if judgement.state == VerdictKind.UNCERTIFIABLE:
-                return Verdict(False, judgement.summary, judgement.summary,
-                               kind=VerdictKind.UNCERTIFIABLE)
+            result = self._run(f"sensitivity ({mode})", reps,
+                               probe=ProbePlan(poison=mode, reach=True))
+            judgement = judge_poisoned(result, reps, mode, sites)
+            rejected = self._poisoned(judgement, result)
+            if rejected is not None:
+                return self._decide(rejected)
+            self._decide(Verdict(True, judgement.summary))
             if judgement.state == UNMEASURED:
                 notes.append(judgement.summary)
                 break  # nothing was poisoned: another poison measures nothing either
+            if mode == "nan":
+                rejected = self._per_kernel(candidate, notes)
+                if rejected is not None:
+                    return rejected
         summary = passed.summary + (f"; {notes[0]}" if notes else
                                     "; the tests fail once the kernel's output is poisoned")
-        return replace(passed, summary=summary)
+        return replace(passed, summary=summary, notes=passed.notes + tuple(notes[1:]))
+
+    def _poisoned(self, judgement: Judgement, result: RerunResult) -> Verdict | None:
+        """The rejection a poisoned rerun makes, if any."""
+        changed = integrity_verdict(result, self.baseline_findings)
+        if changed is not None:
+            return changed
+        if judgement.state == BYPASS:
+            return Verdict(False, judgement.summary, judgement.feedback,
+                           kind=VerdictKind.INSENSITIVE)
+        if judgement.state == VerdictKind.UNCERTIFIABLE:
+            return Verdict(False, judgement.summary, judgement.summary,
+                           kind=VerdictKind.UNCERTIFIABLE)
+        return None
+
+    def attributed(self, candidate: Mapping[str, str]) -> tuple[str, ...]:
+        """The kernel the representative's failed check reads on the original code: of
+        the kernels it launched, the last launched whose NaN output reaches that check
+        (measured once per bug, on the original code)."""
+        if self._attributed is not None:
+            return self._attributed
+        self._attributed = ()
+        line = self.sites.get(self.first, 0)
+        outcome = self.base.outcome(self.first) if self.base is not None else None
+        if not line or outcome is None or outcome.probe is None:
+            return ()
+        kernels = list(dict.fromkeys(f.kernel for f in reversed(outcome.probe.fingerprints)))
+
+        def find() -> None:
+            for kernel in kernels[:_ATTRIBUTION_TRIES]:
+                result = self._run(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
+                                   probe=ProbePlan(poison="nan", kernels=(kernel,), reach=True))
+                self._decide(Verdict(True, "measured"))
+                if depends_on(result, self.first, line):
+                    self._attributed = (kernel,)
+                    return
+
+        self._on_originals(candidate, find)
+        return self._attributed
+
+    def _per_kernel(self, candidate: Mapping[str, str], notes: list[str]) -> Verdict | None:
+        """With only the attributed kernel poisoned, the first test's failed check must
+        fail again; a kernel no longer launched is a note."""
+        for kernel in self.attributed(candidate):
+            name = kernel.rpartition("::")[2]
+            result = self._run(f"sensitivity (nan, only {name})", (self.first,),
+                               probe=ProbePlan(poison="nan", kernels=(kernel,), reach=True))
+            outcome = result.outcome(self.first)
+            if outcome is not None and outcome.probe is not None and not outcome.probe.poisoned:
+                notes.append(f"{name}, the kernel the failure was attributed to, wrote nothing "
+                             "the candidate's tests read (it is no longer launched, or its "
+                             "output is not used)")
+                self._decide(Verdict(True, "not launched"))
+                continue
+            judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel)
+            if judgement.state == BYPASS:
+                return self._decide(Verdict(False, judgement.summary, judgement.feedback,
+                                            kind=VerdictKind.INSENSITIVE))
+            self._decide(Verdict(True, judgement.summary))
+        return None
+
