@@ -16,7 +16,16 @@ from pytest_kernelfix.engine.files import apply_proposal, resolve_file
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
 from pytest_kernelfix.heal.loop import heal
-from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, Candidate, Screening, Verdict
+from pytest_kernelfix.heal.outcomes import (
+    DECLINED,
+    HEALED,
+    MASKED,
+    UNHEALED,
+    Candidate,
+    Screening,
+    Verdict,
+    VerdictKind,
+)
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 BUGGY = '''def scale(values, factor):
@@ -352,3 +361,45 @@ def test_the_model_is_told_when_its_quotes_were_the_original_text() -> None:
     third = fixer.requests[2]
     assert "quoted the original text, not the current files" in third.feedback
     assert "total" not in third.files[0].text and "v - factor" in third.files[0].text
+
+
+def test_an_answer_that_says_not_a_kernel_bug_ends_the_bug_as_declined() -> None:
+    answer = '{"analysis": "the op returns (4, 5) by design", "modifications": [], ' \
+             '"not_a_kernel_bug": "the test expects the wrong shape"}'
+    from pytest_kernelfix.fixers.answer import read_answer
+
+    fixer = Scripted(read_answer(answer, usage=Usage(calls=1), source="scripted"))
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == DECLINED and seen == [] and result.usage.calls == 1
+    assert result.reason == ("the model says this is not a kernel bug: the test expects the "
+                             "wrong shape")
+    assert result.rounds[0].outcome == "not a kernel bug: the test expects the wrong shape"
+    assert fixer.answers == [] and len(fixer.requests) == 1  # no second, identical call
+
+
+def test_a_mask_is_fed_back_and_kept_for_review_when_nothing_better_comes() -> None:
+    masks: list[Mapping[str, str]] = []
+
+    def verify(files: Mapping[str, str]) -> Verdict:
+        masks.append(files)
+        return Verdict(False, "masks the kernel's output (`out = [max(v, 0) for v in out]`)",
+                       "The kernel's output is unchanged; the candidate masks it: fix the "
+                       "kernel.", kind=VerdictKind.MASKED)
+
+    fixer = Scripted(edits(("    return out", "    return [max(v, 0) for v in out]")),
+                     Proposal((), raw='{"modifications": []}', analysis="no idea"))
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == MASKED
+    assert "masks the kernel's output" in result.reason and "kept for review" in result.reason
+    assert "max(v, 0)" in result.patch  # the masking candidate, for a reviewer
+    assert "fix the kernel" in fixer.requests[1].feedback
+
+
+def test_a_first_answer_asked_for_already_is_not_asked_again() -> None:
+    first = edits(("out.append(v + factor)", "out.append(v * factor)"))
+    fixer = Scripted()
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3,
+                  first=first)
+    assert result.status == HEALED and fixer.requests == []

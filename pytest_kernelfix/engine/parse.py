@@ -44,6 +44,8 @@ class ParsedResponse:
     summary: str
     raw: str
     need: tuple[str, ...] = ()
+    #: Why the failure is not a kernel bug, when the answer says so ("" otherwise).
+    not_a_kernel_bug: str = ""
 
 
 class ParseError(ValueError):
@@ -62,6 +64,7 @@ _NEW_KEYS = ("new_string", "new", "replace", "replacement", "patched")
 _FILE_KEYS = ("file", "path", "file_path", "filename")
 _LIST_KEYS = ("modifications", "edits", "changes")
 _NEED_KEYS = ("need", "needs")
+_DECLINE_KEYS = ("not_a_kernel_bug", "not_kernel_bug")
 
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
@@ -187,11 +190,12 @@ def _from_json_value(value: Any, raw: str) -> ParsedResponse | None:
     if isinstance(value, Mapping):
         key = next((key for key in _LIST_KEYS if key in value), None)
         need = _need(_pick(value, _NEED_KEYS))
+        decline = _decline(_pick(value, _DECLINE_KEYS), _text_field(value.get("analysis")))
         if key is not None:
             items = value[key] if value[key] is not None else []
         elif _pick(value, _OLD_KEYS) is not None:
             items = [value]
-        elif need:  # a request for more code, no edits yet
+        elif need or decline:  # a request for more code, or a decline: no edits
             items = []
         else:
             return None
@@ -208,12 +212,22 @@ def _from_json_value(value: Any, raw: str) -> ParsedResponse | None:
             summary=_text_field(value.get("summary")),
             raw=raw,
             need=need,
+            not_a_kernel_bug=decline,
         )
     if isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
         if not any(_pick(item, _OLD_KEYS) is not None for item in value):
             return None
         return ParsedResponse(analysis="", modifications=_modifications(value), summary="", raw=raw)
     return None
+
+
+def _decline(value: Any, analysis: str) -> str:
+    """``not_a_kernel_bug`` as its reason: the text given, or the analysis for ``true``."""
+    if isinstance(value, str) and value.strip().lower() not in ("", "false", "no"):
+        return value.strip()
+    if value is True:
+        return analysis.strip() or "the model says the failure is not a kernel bug"
+    return ""
 
 
 def _need(value: Any) -> tuple[str, ...]:

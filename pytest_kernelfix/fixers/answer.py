@@ -29,4 +29,4 @@ def read_answer(raw: str, *, usage: Usage, source: str) -> Proposal:
     analysis = parsed.analysis or parsed.summary
     # No edits and no request is the model declining: reported as such, not as unreadable.
     return Proposal(parsed.modifications, raw, analysis, usage=usage, source=source,
-                    need=parsed.need)
+                    need=parsed.need, not_a_kernel_bug=parsed.not_a_kernel_bug)

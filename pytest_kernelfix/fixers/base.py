@@ -81,7 +81,9 @@ class Proposal:
     ``parse_error`` is set (and ``modifications`` empty) when the answer could not be
     read; the loop feeds that message back to the model next round. ``need`` is code the
     model asks to see next round. An answer with neither edits nor a request, that was
-    read, is the model declining (:attr:`declined`).
+    read, is the model declining (:attr:`declined`); ``not_a_kernel_bug`` is its reason
+    when it says the failure is not the kernel's (the test's own expectation, the
+    environment): the bug then ends after that answer.
     """
 
     modifications: tuple[Modification, ...]
@@ -91,10 +93,16 @@ class Proposal:
     usage: Usage = field(default_factory=Usage)
     source: str = ""
     need: tuple[str, ...] = ()
+    not_a_kernel_bug: str = ""
 
     @property
     def declined(self) -> bool:
         return not (self.modifications or self.need or self.parse_error)
+
+
+def is_free(fixer: object) -> bool:
+    """Whether asking ``fixer`` costs nothing (its ``free`` attribute; False when absent)."""
+    return bool(getattr(fixer, "free", False))
 
 
 class FixerError(Exception):
@@ -105,6 +113,10 @@ class FixerError(Exception):
 
 
 class Fixer(Protocol):
+    """Proposes edits. A fixer whose answers cost nothing (no model call: recipes, a
+    cassette) says so with a true ``free`` attribute: it is asked before the baseline
+    rerun, so a bug it cannot answer costs no rerun at all (:func:`is_free`)."""
+
     name: str
 
     def propose(self, request: ProposalRequest) -> Proposal: ...

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import threading
 
-from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.base import (
+    Fixer,
+    FixerError,
+    Proposal,
+    ProposalRequest,
+    Usage,
+    is_free,
+)
 
 
 class Budget:
@@ -45,6 +52,7 @@ class BudgetedFixer:
 
     def __init__(self, inner: Fixer, budget: Budget) -> None:
         self.inner = inner
+        self.free = is_free(inner)
         self.budget = budget
         self.name = inner.name
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from pytest_kernelfix.atomic import replace_file
 from pytest_kernelfix.fixers.answer import read_answer
-from pytest_kernelfix.fixers.base import Fixer, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.base import Fixer, Proposal, ProposalRequest, Usage, is_free
 from pytest_kernelfix.locate.context import SourceFile
 from pytest_kernelfix.redact import redact
 
@@ -155,6 +155,7 @@ class CachingFixer:
 
     def __init__(self, inner: Fixer, cache: AnswerCache, identity: Mapping[str, str]) -> None:
         self.inner = inner
+        self.free = is_free(inner)
         self.cache = cache
         self.identity = dict(identity)
         self.name = inner.name

@@ -8,7 +8,14 @@ from typing import Any
 
 from pytest_kernelfix.engine.parse import Modification, ParsedResponse
 from pytest_kernelfix.fixers.answer import read_answer
-from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.base import (
+    Fixer,
+    FixerError,
+    Proposal,
+    ProposalRequest,
+    Usage,
+    is_free,
+)
 
 
 def as_proposal(answer: Any, source: str) -> Proposal:
@@ -17,7 +24,7 @@ def as_proposal(answer: Any, source: str) -> Proposal:
         return answer
     if isinstance(answer, ParsedResponse):
         return Proposal(answer.modifications, answer.raw, answer.analysis, source=source,
-                        need=answer.need)
+                        need=answer.need, not_a_kernel_bug=answer.not_a_kernel_bug)
     if isinstance(answer, str):
         return read_answer(answer, usage=Usage(), source=source)
     if isinstance(answer, Sequence) and all(isinstance(m, Modification) for m in answer):
@@ -33,9 +40,12 @@ class HookFixer:
 
     name = "hook"
 
-    def __init__(self, ask: Callable[[ProposalRequest], Any], fallback: Fixer) -> None:
+    def __init__(self, ask: Callable[[ProposalRequest], Any], fallback: Fixer, *,
+                 hooked: bool = True) -> None:
         self.ask = ask
         self.fallback = fallback
+        # A hook may call a model of its own: free only when none is implemented.
+        self.free = not hooked and is_free(fallback)
 
     def propose(self, request: ProposalRequest) -> Proposal:
         answer = self.ask(request)
@@ -49,6 +59,7 @@ class UnavailableFixer:
     """Stands in when the configured fixer could not be built; says why, every time."""
 
     name = "unavailable"
+    free = True  # it only says why it cannot answer
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

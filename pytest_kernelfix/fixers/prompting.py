@@ -66,6 +66,7 @@ def template_variables(request: ProposalRequest) -> dict[str, Any]:
         "device": context.device,
         "interpreter": context.device != "cuda",
         "checks": context.checks,
+        "notes": context.notes,
         "feedback": request.feedback,
         "cumulative_diff": request.cumulative_diff,
         "history": request.history,

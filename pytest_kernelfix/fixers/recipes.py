@@ -46,6 +46,7 @@ class RecipeFixer:
     """Propose the first recipe that fits the error; once per bug, then give up."""
 
     name = SOURCE
+    free = True  # offline rewrites, no model
 
     def __init__(self) -> None:
         self._proposed: set[str] = set()

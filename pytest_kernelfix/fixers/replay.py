@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.fixers.answer import read_answer
-from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.base import (
+    Fixer,
+    FixerError,
+    Proposal,
+    ProposalRequest,
+    Usage,
+    is_free,
+)
 from pytest_kernelfix.fixers.prompting import PromptError, render_messages
 from pytest_kernelfix.redact import redact
 
@@ -125,6 +132,7 @@ class ReplayFixer:
         self.prompts_dir = prompts_dir
         self.entries = load_cassette(self.path)
         self.name = f"replay:{path}"
+        self.free = True  # answers come from a file
         self._used: set[int] = set()
         self._lock = threading.Lock()
 
@@ -163,6 +171,7 @@ class RecordingFixer:
 
     def __init__(self, inner: Fixer, path: Path | str) -> None:
         self.inner = inner
+        self.free = is_free(inner)
         self.path = Path(path)
         self.name = inner.name
 

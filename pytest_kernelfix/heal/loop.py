@@ -4,10 +4,16 @@ Knows nothing of pytest: a fixer proposes, ``verify`` runs the tests on a candid
 ``guard`` rejects candidates that cheat. Each round builds on the last accepted
 candidate, and the model sees that cumulative change, so it can refine or revert it.
 
-Three answers are not edits to verify. An answer that asks for code (``need``) gets it
-next round, within a budget, through ``resolve_need``. An answer with neither edits nor
-a request is the model declining, reported with its analysis. Two identical answers in
-a row end the bug before its last round: a third would be the same again.
+Four answers are not edits to verify. An answer that asks for code (``need``) gets it
+next round, within a budget, through ``resolve_need``. An answer that says the failure
+is not a kernel bug (``not_a_kernel_bug``) ends the bug at once as declined, with its
+reason. An answer with neither edits nor a request is the model seeing no fix, reported
+with its analysis. Two identical answers in a row end the bug before its last round: a
+third would be the same again.
+
+A candidate that only masks the kernel's unchanged output is not a heal: it is fed back
+and the rounds go on; when nothing better comes, the bug ends as masked, the candidate
+kept for review.
 
 Stale quotes: after round 1 a model often quotes the failing line as the error log
 shows it, that is, the original text, not the current candidate. When an answer does
@@ -35,13 +41,16 @@ from pytest_kernelfix.fixers.base import (
     Usage,
 )
 from pytest_kernelfix.heal.outcomes import (
+    DECLINED,
     HEALED,
+    MASKED,
     SKIPPED,
     UNCERTIFIABLE,
     UNHEALED,
     Candidate,
     Guard,
     HealResult,
+    Phase,
     RoundRecord,
     Screening,
     Verdict,
@@ -83,11 +92,14 @@ def heal(
     clock: Callable[[], float] = time.monotonic,
     resolve_need: NeedResolver | None = None,
     tidy: Callable[[str], str] = lambda text: text,
+    first: Proposal | None = None,
 ) -> HealResult:
     """Run up to ``rounds`` rounds on one bug and return how it ended.
 
     ``tidy`` cleans what the verifier says (paths, machinery frames) before the model
-    reads it. The first round's prompt size is what the fixer says it sent.
+    reads it. The first round's prompt size is what the fixer says it sent. ``first`` is
+    round 1's answer when it was asked for already (a fixer that costs nothing is asked
+    before the baseline rerun).
     """
     started = clock()
     originals = dict(originals)
@@ -99,6 +111,7 @@ def heal(
     tried: dict[str, str] = {}
     first_prompt = 0
     previous: tuple[object, ...] | None = None
+    masked: tuple[Mapping[str, str], str] | None = None  # (candidate, summary)
 
     def finish(status: str, reason: str, final: Mapping[str, str] | None = None) -> HealResult:
         return HealResult(
@@ -124,7 +137,7 @@ def heal(
             history=tuple(history),
         )
         try:
-            proposal = fixer.propose(request)
+            proposal = first if number == 1 and first is not None else fixer.propose(request)
         except Exception as error:  # a fixer or a hook that fails ends this bug, not the run
             source = getattr(fixer, "name", "")
             why = str(error) if isinstance(error, FixerError) else (
@@ -145,6 +158,14 @@ def heal(
             return finish(UNHEALED, f"the model gave the same answer twice in a row (rounds "
                                     f"{number - 1} and {number}); last: {last}")
         previous = key
+        if proposal.not_a_kernel_bug and not proposal.modifications:
+            reason = " ".join(proposal.not_a_kernel_bug.split())[:_ANALYSIS_KEEP]
+            records.append(RoundRecord(number, proposal.source, (),
+                                       redact(f"not a kernel bug: {reason}"), proposal.usage,
+                                       redact(proposal.raw[:_RAW_KEEP])))
+            if on_round is not None:
+                on_round(records[-1])
+            return finish(DECLINED, f"the model says this is not a kernel bug: {reason}")
         outcome, feedback, accepted = _play_round(proposal, current, originals, tried, verify,
                                                   guard, tidy)
         if proposal.need and resolve_need is not None:
@@ -165,6 +186,7 @@ def heal(
                 proposal.usage,
                 redact(proposal.raw[:_RAW_KEEP]),
                 tuple(redact(note) for note in outcome.notes),
+                outcome.phases,
             )
         )
         if on_round is not None:
@@ -176,7 +198,13 @@ def heal(
             return finish(HEALED, f"healed in round {number}", current)
         if outcome.kind == UNCERTIFIABLE:  # no candidate can be told from a cheat
             return finish(SKIPPED, outcome.summary)
+        if outcome.kind == VerdictKind.MASKED and outcome.candidate is not None:
+            masked = (outcome.candidate, f"round {number}: {outcome.summary}")
     last = records[-1].outcome if records else "no rounds ran"
+    if masked is not None:
+        return finish(MASKED, f"not healed after {rounds} round(s): the only candidate that "
+                              f"made the tests pass masks the kernel's output ({masked[1]}); "
+                              "kept for review", masked[0])
     return finish(UNHEALED, f"not healed after {rounds} round(s); last: {last}")
 
 
@@ -219,6 +247,8 @@ class _RoundOutcome:
     diff: str = ""
     kind: VerdictKind | None = None
     notes: tuple[str, ...] = ()
+    phases: tuple[Phase, ...] = ()
+    candidate: Mapping[str, str] | None = None
 
 
 def _declined(proposal: Proposal) -> str:
@@ -307,7 +337,8 @@ def _play_round(
     listed = "\n".join(f"- {note}" for note in notes)
     feedback = _join(restarted, tidy(verdict.feedback or verdict.summary), unmatched,
                      f"Notes on the candidate's shape:\n{listed}" if listed else "")
-    return (_RoundOutcome(verdict.ok, summary, applied.edits, diff, verdict.kind, notes),
+    return (_RoundOutcome(verdict.ok, summary, applied.edits, diff, verdict.kind, notes,
+                          verdict.phases, candidate),
             feedback, candidate)
 
 

@@ -20,8 +20,12 @@ if TYPE_CHECKING:  # the matcher (rapidfuzz, numpy) is not loaded to read a repo
     from pytest_kernelfix.engine.files import EditOutcome
 
 HEALED, UNHEALED, SKIPPED = "healed", "unhealed", "skipped"
+#: The model said the failure is not a kernel bug (the test's own, the environment's).
+DECLINED = "declined"
+#: The only candidate that made the tests pass masks the kernel's unchanged output.
+MASKED = "masked"
 #: Every status a bug can end with, in report order.
-STATUSES = (HEALED, UNHEALED, SKIPPED)
+STATUSES = (HEALED, MASKED, UNHEALED, DECLINED, SKIPPED)
 
 
 class VerdictKind(str, Enum):
@@ -40,6 +44,7 @@ class VerdictKind(str, Enum):
     GATE = "gate"  #: the kernel does not compile for a real GPU
     INSENSITIVE = "insensitive"  #: the tests pass with the kernel's output poisoned
     UNCERTIFIABLE = "uncertifiable"  #: the tests cannot tell a fix from a cheat
+    MASKED = "masked"  #: the kernel's output is unchanged; the candidate masks it
 
     def __str__(self) -> str:
         return self.value
@@ -47,6 +52,17 @@ class VerdictKind(str, Enum):
 
 #: The verdict kind that ends a bug as skipped: its tests cannot tell a fix from a cheat.
 UNCERTIFIABLE = VerdictKind.UNCERTIFIABLE
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of verifying a candidate (or of triage): which tests it ran, how long it
+    took and how it ended (``passed``, or the verdict kind that stopped there)."""
+
+    name: str
+    nodeids: tuple[str, ...]
+    seconds: float
+    outcome: str
 
 
 @dataclass(frozen=True)
@@ -59,7 +75,7 @@ class Verdict:
     no kind is :attr:`VerdictKind.FAILING`). ``notes`` are remarks on the candidate's
     shape (torch math or arithmetic after the launch...) that reject nothing but go into
     the report and to the model. A verdict of kind :data:`UNCERTIFIABLE` ends the bug as
-    skipped.
+    skipped. ``phases`` are the steps the verification ran, in order.
     """
 
     ok: bool
@@ -67,6 +83,7 @@ class Verdict:
     feedback: str = ""
     kind: VerdictKind | None = None
     notes: tuple[str, ...] = ()
+    phases: tuple[Phase, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -85,6 +102,7 @@ class RoundRecord:
     usage: Usage = field(default_factory=Usage)
     raw: str = ""
     notes: tuple[str, ...] = ()
+    phases: tuple[Phase, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,7 +111,10 @@ class HealResult:
 
     ``prompt_chars`` is the size of the first round's prompt (0 when not measured);
     ``shown`` says what the model was shown of each editable file (``path`` whole, or
-    ``path:definition`` for each definition of a focused view).
+    ``path:definition`` for each definition of a focused view). ``healed_by`` names the
+    bug whose patch already heals this one (no patch of its own); ``triage`` the steps
+    run before round 1; ``seconds`` covers them too. A :data:`MASKED` bug keeps the
+    masking candidate in ``final`` for review.
     """
 
     group_id: str
@@ -106,6 +127,8 @@ class HealResult:
     seconds: float = 0.0
     prompt_chars: int = 0
     shown: tuple[str, ...] = ()
+    healed_by: str = ""
+    triage: tuple[Phase, ...] = ()
 
     @property
     def changed_files(self) -> tuple[str, ...]:
