@@ -20,6 +20,8 @@ from pytest_kernelfix.target import DEFAULT_TARGET
 DEVICES = ("auto", "cuda", "interpret")
 #: How sandbox reruns start (see :mod:`pytest_kernelfix.rerun.launcher`).
 RERUN_MODES = ("auto", "fork", "subprocess")
+#: How candidates are verified (see :mod:`pytest_kernelfix.verify.verifier`).
+VERIFY_MODES = ("staged", "thorough")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,11 @@ OPTIONS: tuple[Option, ...] = (
            "that imported pytest, torch and triton once), subprocess (a fresh interpreter "
            "each), or auto: fork where it is safe (default: auto)", "auto", "choice",
            choices=RERUN_MODES, env="KERNELFIX_RERUN"),
+    Option("kernelfix_verify", "How candidates are verified: staged (a representative "
+           "failing test first, then the others, then the regression set; poisoned reruns on "
+           "a few diverse failing tests) or thorough (every failing test at every step) "
+           "(default: staged)", "staged", "choice", choices=VERIFY_MODES,
+           env="KERNELFIX_VERIFY"),
     Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
            "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
            env="KERNELFIX_CACHE_DIR", metavar="DIR"),
@@ -262,6 +269,7 @@ class Settings:
     no_cache: bool = False
     max_cost: float = 0.0
     max_tokens: int = 0
+    verify: str = "staged"
 
     @property
     def cache_root(self) -> Path:
@@ -311,6 +319,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         no_cache=bool(value("kernelfix_no_cache")),
         max_cost=value("kernelfix_max_cost"),
         max_tokens=value("kernelfix_max_tokens"),
+        verify=value("kernelfix_verify"),
     )
 
 

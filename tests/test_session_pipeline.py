@@ -21,11 +21,11 @@ from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.fixers.base import Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
 from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import SessionReport
+from pytest_kernelfix.report.artifacts import SessionReport, summary_lines
 from pytest_kernelfix.report.publish import ReportFiles, publish
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
@@ -127,17 +127,24 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
     assert (root / ".kernelfix" / bug.patch_file).read_text().endswith(
         f"-{BUG}+{FIX}     return y\n")
     assert (root / "kernels" / "ops.py").read_text() == KERNEL  # report mode writes no tree
-    # baseline first (failing tests + the regression set), then one run per candidate, then
-    # the winner's sensitivity rerun of the failing tests (this fake poisons nothing, so the
-    # NaN run measures nothing and the scrambled run is not made)
-    # (failing tests first, stopping at the first that still fails; the regression set only
-    # once they pass)
-    assert [(spec.nodeids, spec.stop_early, spec.poison) for spec in runner.specs] == [
-        ((*NODEIDS, REGRESSION), False, ""),
-        (NODEIDS, True, ""),  # round 1: still failing, the regression set is not run
-        (NODEIDS, True, ""), ((REGRESSION,), False, ""),  # round 2: both reruns
+    # staged: the baseline reruns the representative (the smallest failing test) only;
+    # each candidate runs it first, stopping there when it still fails; then the other
+    # failing tests, then the regression set, then the poisoned reruns on diverse failing
+    # tests (this fake poisons nothing, so the NaN run measures nothing and no other
+    # poisoned run is made)
+    first, other = NODEIDS
+    assert [(spec.nodeids, spec.stop_early, spec.probe.poison) for spec in runner.specs] == [
+        ((first,), False, ""),  # baseline
+        ((first,), True, ""),  # round 1: the representative still fails
+        ((first,), True, ""), ((other,), True, ""), ((REGRESSION,), True, ""),  # round 2
         (NODEIDS, False, "nan"),
     ]
+    assert [spec.probe.fingerprint for spec in runner.specs[:3]] == [True, True, True]
+    assert runner.specs[-1].probe.reach  # every check of the poisoned tests runs
+    phases = [(p.name, p.nodeids) for p in bug.result.rounds[-1].phases]
+    assert phases == [("representative", (first,)), ("failing tests", (other,)),
+                      ("regression", (REGRESSION,)), ("sensitivity (nan)", NODEIDS)]
+    assert [p.name for p in bug.result.triage] == ["baseline"]
     assert "sensitivity not measured" in bug.result.rounds[-1].outcome
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
 
@@ -202,6 +209,96 @@ def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
                                                           runner=FakeRunner()))
     assert report.bugs[0].applied == ("kernels/ops.py",)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL.replace(BUG, FIX)
+
+
+def two_error_types(root: Path) -> tuple[Failure, ...]:
+    """One root cause, two error types: a helper bug seen as a mismatch and a bare assert."""
+    (mismatch, _), test = failures(root), str(root / "tests" / "test_scale.py")
+    launch = KernelLaunch("scale_kernel", str(root / "kernels" / "ops.py"), 1)
+    frame = Frame(test, 5, "test_allclose", "assert torch.allclose(y, ref)")
+    bare = Failure("tests/test_scale.py::test_allclose", test,
+                   ErrorInfo("AssertionError", "assert False", (frame,)), "longrepr", (launch,))
+    return mismatch, bare
+
+
+def test_one_root_cause_heals_with_one_call_and_one_patch(root: Path) -> None:
+    fixer = Answers(fix())
+    runner = FakeRunner()
+    session = replace(inputs(root), failures=two_error_types(root))
+    report = heal_session(session, Stages(fixer=fixer, runner=runner))
+    first, second = report.bugs
+    assert first.group.id != second.group.id  # two bugs by their errors...
+    assert first.result.status == second.result.status == "healed"
+    assert len(fixer.requests) == 1  # ... and one call: the second is healed by the first
+    assert second.result.healed_by == first.group.id and not second.patch_file
+    assert second.result.rounds[0].source == "earlier patch"
+    assert sorted(p.name for p in (root / ".kernelfix").glob("*.patch")) == [first.patch_file]
+    lines = summary_lines(report, None)
+    assert f"healed    {second.group.id}: healed by the patch of {first.group.id}" in "\n".join(
+        lines)
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    assert data["bugs"][1]["healed_by"] == first.group.id and data["bugs"][1]["patch"] is None
+
+
+def test_in_apply_mode_a_bug_healed_by_an_earlier_patch_is_already_applied(root: Path) -> None:
+    session = replace(inputs(root, apply=True), failures=two_error_types(root))
+    first, second = heal_session(session, Stages(fixer=Answers(fix()),
+                                                 runner=FakeRunner())).bugs
+    assert first.applied == ("kernels/ops.py",)
+    assert second.apply_error == f"already applied by {first.group.id}"
+    assert "stale" not in second.apply_error
+
+
+def test_a_second_bug_on_the_same_file_builds_its_patch_on_the_first(root: Path) -> None:
+    """Two bugs in one file: the second heals from the text the first left, so the patches
+    apply in the order printed."""
+    two_bugs = KERNEL + "def other():\n    return 1\n"
+    (root / "kernels" / "ops.py").write_text(two_bugs)
+
+    class Runner(FakeRunner):
+        def __call__(self, spec: RerunSpec) -> RerunResult:
+            text = (spec.sandbox_root / "kernels" / "ops.py").read_text()
+            self.specs.append(spec)
+            passed = {NODEIDS[0]: FIX in text, NODEIDS[1]: FIX in text,
+                      "tests/test_scale.py::test_allclose": "return 2" in text}
+            return RerunResult(tuple(TestOutcome(n, "passed" if passed.get(n, True) else
+                                                 "failed", "call", launch_count=1)
+                                     for n in spec.nodeids), returncode=0)
+
+    second_fix = Proposal((Modification("    return 1\n", "    return 2\n",
+                                        file="kernels/ops.py"),), source="scripted")
+    session = replace(inputs(root), failures=two_error_types(root))
+    first, second = heal_session(session, Stages(fixer=Answers(fix(), second_fix),
+                                                 runner=Runner())).bugs
+    assert first.result.status == second.result.status == "healed"
+    assert second.builds_on == (first.group.id,) and not second.result.healed_by
+    patches = [(root / ".kernelfix" / bug.patch_file).read_text() for bug in (first, second)]
+    assert f"-{BUG}" in patches[0] and f"-{BUG}" not in patches[1]  # the second starts after
+    assert "+    return 2" in patches[1]
+
+
+def test_a_free_fixer_without_an_answer_costs_no_rerun(root: Path) -> None:
+    class NoRecipe:
+        name = "recipes"
+        free = True
+
+        def propose(self, request: ProposalRequest) -> Proposal:
+            raise FixerError("no recipe for AssertionError: Mismatched elements")
+
+    runner = FakeRunner()
+    (bug,) = heal_session(inputs(root), Stages(fixer=NoRecipe(), runner=runner)).bugs
+    assert bug.result.status == "unhealed"
+    assert bug.result.reason == "round 1: no recipe for AssertionError: Mismatched elements"
+    assert runner.specs == []
+
+
+def test_a_free_fixer_is_asked_before_the_baseline_and_once(root: Path) -> None:
+    fixer = Answers(fix())
+    fixer.free = True  # type: ignore[attr-defined]
+    runner = FakeRunner()
+    (bug,) = heal_session(inputs(root), Stages(fixer=fixer, runner=runner)).bugs
+    assert bug.result.status == "healed" and len(fixer.requests) == 1
+    assert bug.result.seconds >= sum(p.seconds for p in bug.result.triage)
 
 
 # -- several bugs: parallel workers, chains of bugs that share a file ------------------------
@@ -315,13 +412,14 @@ def test_bugs_heal_in_parallel_with_the_patches_and_order_of_a_sequential_sessio
     report = json.loads((roots[1] / ".kernelfix" / "report.json").read_text())
     assert report["reruns"]["workers"] == 2 and sequential.workers == 1
     # the baseline, two rounds, the winner's NaN sensitivity rerun (this fake poisons
-    # nothing, so that run measures nothing and no scrambled run follows)
-    assert [bug["reruns"]["count"] for bug in report["bugs"]] == [4, 4, 4, 4]
-    assert report["reruns"]["count"] == 16 == len(two.log) // 2
+    # nothing, so that run measures nothing and no scrambled run follows); c shares a.py
+    # with a, so a's winner is tried on c first (one rerun, its representative still fails)
+    assert [bug["reruns"]["count"] for bug in report["bugs"]] == [4, 4, 5, 4]
+    assert report["reruns"]["count"] == 17 == len(two.log) // 2
     rounds = [line for line in lines if "round " in line]
     assert rounds and all(line.split(": ", 1)[0] in ids for line in rounds)  # named bugs
     markdown = (roots[1] / ".kernelfix" / "report.md").read_text()
-    assert "Sandbox reruns: 16 (subprocess), " in markdown and ", 2 worker(s)." in markdown
+    assert "Sandbox reruns: 17 (subprocess), " in markdown and ", 2 worker(s)." in markdown
 
 
 def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(

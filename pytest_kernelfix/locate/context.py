@@ -84,7 +84,9 @@ class BugContext:
     the model what the checks can and cannot see. ``focus`` holds, per focused file,
     the definitions shown in full (later rounds show the same ones, in the current
     text); ``kernel_frames`` are the traceback frames in editable files (relative
-    paths), from which later rounds show the current lines.
+    paths), from which later rounds show the current lines. ``notes`` are what the
+    baseline rerun measured about the failure, in words for the prompt (a failing check
+    that compares no tensor value, say).
     """
 
     group_id: str
@@ -98,6 +100,7 @@ class BugContext:
     checks: tuple[str, ...] = ()
     focus: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     kernel_frames: tuple[Frame, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def view(self, path: str, text: str) -> SourceFile:
         """``text`` (the current candidate of ``path``) as this bug shows it: the first

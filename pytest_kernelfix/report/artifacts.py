@@ -2,7 +2,10 @@
 
 Patches are written the way Hypothesis writes its patches: a short header git ignores,
 ``a/`` ``b/`` paths relative to the rootdir, a stable name derived from the bug, and a
-``git apply`` line in the summary.
+``git apply`` line in the summary. A bug healed on top of an earlier bug's patch (they
+share a file) has a patch that applies after that one: the summary prints them in that
+order. A bug that another bug's patch already heals has no patch of its own. A masked
+bug's candidate is kept for review as ``<bug>.masked.patch``, never applied.
 """
 
 from __future__ import annotations
@@ -18,13 +21,21 @@ from typing import Any
 from pytest_kernelfix import __version__
 from pytest_kernelfix.atomic import replace_file
 from pytest_kernelfix.fixers.base import Usage
-from pytest_kernelfix.heal.outcomes import HEALED, HealResult
+from pytest_kernelfix.heal.outcomes import (
+    HEALED,
+    MASKED,
+    SKIPPED,
+    STATUSES,
+    UNHEALED,
+    HealResult,
+    Phase,
+)
 from pytest_kernelfix.locate.context import CHARS_PER_TOKEN
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun.launcher import RerunStats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
 #: How much of an error line patches, reports and CI annotations show.
 HEADLINE_CHARS = 300
@@ -40,6 +51,8 @@ class BugReport:
     applied: tuple[str, ...] = ()
     apply_error: str = ""
     reruns: RerunStats = field(default_factory=RerunStats)
+    #: Bugs whose patches this bug's patch applies after (they share a file).
+    builds_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,8 +88,21 @@ class SessionReport:
         return sum(1 for bug in self.bugs if bug.result.status == status)
 
 
-def patch_name(group: BugGroup) -> str:
-    return f"{group.id}.patch"
+def patch_name(group: BugGroup, status: str = HEALED) -> str:
+    return f"{group.id}.masked.patch" if status == MASKED else f"{group.id}.patch"
+
+
+def counts(report: SessionReport) -> str:
+    """``2 healed, 1 unhealed, 0 skipped``: the three main statuses always, the others
+    (masked, declined) where they occur, in report order."""
+    return ", ".join(f"{report.count(status)} {status}" for status in STATUSES
+                     if report.count(status) or status in (HEALED, UNHEALED, SKIPPED))
+
+
+def phases_json(phases: Sequence[Phase]) -> list[dict[str, Any]]:
+    """Which tests each step ran, how long it took and how it ended."""
+    return [{"name": phase.name, "tests": list(phase.nodeids), "seconds": phase.seconds,
+             "outcome": phase.outcome} for phase in phases]
 
 
 def error_headline(group: BugGroup) -> str:
@@ -93,8 +119,11 @@ def patch_text(group: BugGroup, result: HealResult) -> str:
         f"Tests: {len(group.nodeids)} ({group.nodeids[0]}"
         + (", ..." if len(group.nodeids) > 1 else "") + ")",
         f"Rounds: {len(result.rounds)}",
-        "",
     ]
+    if result.status == MASKED:
+        header.append("Status: masked, kept for review: the kernel's output is unchanged and "
+                      "this patch masks it; it is not a fix")
+    header.append("")
     return redact("\n".join(header)) + "\n" + result.patch
 
 
@@ -143,9 +172,13 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
                 "cost": record.usage.cost,
                 "notes": list(record.notes),
                 "cached": record.usage.cache_hits > 0,
+                "phases": phases_json(record.phases),
             }
             for record in result.rounds
         ],
+        "triage": phases_json(result.triage),
+        "healed_by": result.healed_by or None,
+        "builds_on": list(bug.builds_on),
         "calls": result.usage.calls,
         "cache_hits": result.usage.cache_hits,
         "prompt_tokens": result.usage.prompt_tokens,
@@ -193,9 +226,7 @@ def session_json(report: SessionReport) -> dict[str, Any]:
         "seconds": round(report.seconds, 3),
         "totals": {
             "bugs": len(report.bugs),
-            "healed": report.count("healed"),
-            "unhealed": report.count("unhealed"),
-            "skipped": report.count("skipped"),
+            **{status: report.count(status) for status in STATUSES},
             "calls": usage.calls,
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
@@ -256,8 +287,7 @@ def session_markdown(report: SessionReport) -> str:
     lines = [
         "# kernelfix report",
         "",
-        f"{len(report.bugs)} bug(s): {report.count('healed')} healed, "
-        f"{report.count('unhealed')} unhealed, {report.count('skipped')} skipped. "
+        f"{len(report.bugs)} bug(s): {counts(report)}. "
         f"{usage.calls} model call(s), {usage.tokens} tokens, ${usage.cost:.4f}"
         + (f", {usage.cache_hits} answer(s) from the cache (free)" if usage.cache_hits else "")
         + f", {report.seconds:.1f} s. Device: {report.device}; fixer: `{report.model}`.",
@@ -295,13 +325,26 @@ def session_markdown(report: SessionReport) -> str:
                          + (f" (first prompt {result.prompt_chars} characters)"
                             if result.prompt_chars else ""))
         lines.append(f"- Outcome: {result.reason}")
+        if result.triage:
+            lines.append("- Before round 1: " + "; ".join(
+                f"{p.name} ({len(p.nodeids)} test(s), {p.seconds:.1f} s)" for p in result.triage))
         for record in result.rounds:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
             cached = ", cached" if record.usage.cache_hits else ""
             lines.append(f"  - round {record.round} ({record.source or 'fixer'}{cached}; "
                          f"{edits}): {record.outcome}")
             lines += [f"    - note: {note}" for note in record.notes]
-        if bug.patch_file:
+            if record.phases:
+                lines.append("    - verified: " + "; ".join(
+                    f"{p.name}: {len(p.nodeids)} test(s), {p.outcome}" for p in record.phases))
+        if bug.builds_on:
+            lines += ["", f"This patch applies after the patch of {', '.join(bug.builds_on)} "
+                          "(they change the same file): apply them in the order shown."]
+        if bug.patch_file and result.status == MASKED:
+            lines += ["", "Kept for review, not a fix (the kernel's output is unchanged; this "
+                          f"candidate masks it): `{bug.patch_file}`", ""]
+            lines += ["```diff", result.patch.rstrip("\n"), "```"]
+        elif bug.patch_file:
             command = apply_command(report.report_dir / bug.patch_file, report.rootdir, repo,
                                     repo)
             where = "rootdir" if repo == report.rootdir else "repository root"
@@ -332,7 +375,7 @@ def remove_stale_patches(report_dir: Path, keep: Sequence[str]) -> None:
     """Delete patches an earlier session wrote that this session did not write again."""
     if not report_dir.is_dir():
         return
-    for path in report_dir.glob("*.patch"):
+    for path in report_dir.glob("*.patch"):  # masked patches too (*.masked.patch)
         if path.name in keep:
             continue
         try:
@@ -366,19 +409,29 @@ def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
     for bug in report.bugs:
         result = bug.result
         detail = result.reason
-        if result.status == HEALED:
+        if result.status == HEALED and result.healed_by:
+            detail = (f"healed by the patch of {result.healed_by} ({len(bug.group.nodeids)} "
+                      "test(s)); no patch of its own")
+        elif result.status == HEALED:
             levels = ", ".join(e.level for e in result.rounds[-1].edits if e.level != "none")
             detail = (f"{len(result.rounds)} round(s), {len(bug.group.nodeids)} test(s), "
                       f"{', '.join(result.changed_files)} ({levels})")
         lines.append(f"{result.status:<9} {bug.group.id}: {detail}")
-    patches = [b for b in report.bugs if b.patch_file]
+    patches = [b for b in report.bugs if b.patch_file and b.result.status == HEALED]
+    repo, cwd = repository_root(report.rootdir), Path.cwd()
     if patches:
         lines.append("")
-        lines.append("patches (each verified on a sandbox copy):")
-        repo, cwd = repository_root(report.rootdir), Path.cwd()
+        ordered = any(bug.builds_on for bug in patches)
+        lines.append("patches (each verified on a sandbox copy"
+                     + ("; apply them in this order" if ordered else "") + "):")
         for bug in patches:
             patch = report.report_dir / bug.patch_file
             lines.append(f"  {apply_command(patch, report.rootdir, cwd, repo)}")
+    review = [b for b in report.bugs if b.patch_file and b.result.status == MASKED]
+    if review:
+        lines.append("")
+        lines.append("kept for review, not fixes (they mask the kernel's unchanged output):")
+        lines += [f"  {_display(report.report_dir / b.patch_file, cwd)}" for b in review]
     applied = [path for bug in report.bugs for path in bug.applied]
     if applied:
         lines.append("")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kernelfix.heal.outcomes import HEALED, SKIPPED
+from pytest_kernelfix.heal.outcomes import DECLINED, HEALED, MASKED, SKIPPED
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import (
     BugReport,
@@ -130,20 +130,33 @@ def first_change(bug: BugReport) -> tuple[str, int] | None:
 
 def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
     """Where a bug that was not healed shows: the innermost traceback line in a file a
-    fix may edit, else the launched kernel's ``def`` there, else the innermost line in
-    the project (the test's)."""
+    fix may edit; else, for a failure the test's own code raised (or one the model
+    declined as not a kernel bug), the test's line; else the launched kernel's ``def``;
+    else the innermost line in the project."""
     failure = bug.group.first
-    frames = [(frame.path, frame.lineno) for frame in reversed(failure.error.frames)]
-    kernels = [(launch.file, launch.line) for launch in failure.launches]
-    inside = []
-    for path, line in frames + kernels:
-        relative = os.path.relpath(os.path.abspath(path), rootdir)
-        if not relative.startswith("..") and os.path.isfile(path):
-            inside.append((Path(relative).as_posix(), line))
-    for relative, line in inside:
-        if relative in bug.group.editable:
-            return relative, line
-    return inside[0] if inside else None
+
+    def inside(pairs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        found = []
+        for path, line in pairs:
+            relative = os.path.relpath(os.path.abspath(path), rootdir)
+            if not relative.startswith("..") and os.path.isfile(path):
+                found.append((Path(relative).as_posix(), line))
+        return found
+
+    frames = inside([(frame.path, frame.lineno) for frame in reversed(failure.error.frames)])
+    kernels = inside([(launch.file, launch.line) for launch in failure.launches])
+    editable = [where for where in frames if where[0] in bug.group.editable]
+    if editable:
+        return editable[0]
+    test = next((where for where in frames
+                 if os.path.abspath(rootdir / where[0]) == failure.test_path), None)
+    raised_by_test = bool(failure.error.frames) and (
+        os.path.abspath(failure.error.frames[-1].path) == failure.test_path)
+    if test is not None and (bug.result.status == DECLINED or raised_by_test):
+        return test
+    kernel = next((where for where in kernels if where[0] in bug.group.editable), None)
+    anywhere = frames + kernels
+    return kernel or (anywhere[0] if anywhere else None)
 
 
 def _tests(bug: BugReport) -> str:
@@ -161,12 +174,17 @@ def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
         where = first_change(bug)
         message = (f"{_tests(bug)} pass with the change suggested here, verified by a rerun."
                    f"\nThe error was: {headline}")
+        if result.healed_by:
+            message = (f"{_tests(bug)} pass with the patch of {result.healed_by}, verified "
+                       f"by a rerun.\nThe error was: {headline}")
         if bug.patch_file:
             message += f"\nPatch: {repo_path(report.report_dir / bug.patch_file, repo_root)}"
     else:
         command = "warning"
-        title = (f"kernelfix skipped {group.id}" if result.status == SKIPPED
-                 else f"kernelfix could not heal {group.id}")
+        title = {SKIPPED: f"kernelfix skipped {group.id}",
+                 DECLINED: f"kernelfix: not a kernel bug ({group.id})",
+                 MASKED: f"kernelfix: only a mask for {group.id}"}.get(
+                     result.status, f"kernelfix could not heal {group.id}")
         where = failure_location(bug, report.rootdir)
         message = f"{_tests(bug)} fail: {headline}\n{result.status}: {result.reason}"
     properties: dict[str, object] = {}

@@ -14,6 +14,7 @@ runner's warm servers belong to whoever made the runner.
 
 from __future__ import annotations
 
+import linecache
 import os
 import threading
 import time
@@ -24,15 +25,24 @@ from pathlib import Path
 from pytest_kernelfix.capture.logs import clean_log
 from pytest_kernelfix.capture.records import Failure, PassedTest, Selection
 from pytest_kernelfix.config import Settings
-from pytest_kernelfix.fixers.base import Fixer
+from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, is_free
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
 from pytest_kernelfix.heal.loop import heal
-from pytest_kernelfix.heal.outcomes import HEALED, SKIPPED, Guard, HealResult, RoundRecord
-from pytest_kernelfix.locate.context import build_context
+from pytest_kernelfix.heal.outcomes import (
+    HEALED,
+    MASKED,
+    SKIPPED,
+    UNHEALED,
+    Guard,
+    HealResult,
+    RoundRecord,
+)
+from pytest_kernelfix.locate.context import BugContext, build_context
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.locate.need import NeedResolver
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
 from pytest_kernelfix.report.writeback import StaleFileError, write_back
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats, run_tests
@@ -167,6 +177,7 @@ class _Session:
         if pinned:
             setup = replace(inputs.setup, env={**inputs.setup.env, **pinned})
             inputs = replace(inputs, setup=setup)
+        winners: list[Winner] = []
         for index in chain:
             group = self.groups[index]
             spent = self.budget.exhausted()
@@ -185,8 +196,11 @@ class _Session:
                     self.say(group, line.strip())
 
                 result = heal_bug(group, inputs, sandbox,
-                                  replace(stages, runner=counted, progress=progress), self.reach)
+                                  replace(stages, runner=counted, progress=progress), self.reach,
+                                  winners)
                 self.reruns[index] = counted.stats
+                if result.status == HEALED and result.changed_files:
+                    winners.append(Winner(group.id, result.final))
             self.say(group, f"{result.status}: {result.reason}")
             self.results[index] = result
         return sandbox
@@ -281,23 +295,67 @@ def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None
         raise errors[0]
 
 
+@dataclass(frozen=True)
+class Winner:
+    """A bug healed earlier in the same chain, and the files its patch leaves."""
+
+    group_id: str
+    files: Mapping[str, str]
+
+
+def build_on(originals: Mapping[str, str], winners: Sequence[Winner]) -> (
+    tuple[dict[str, str], tuple[str, ...]]
+):
+    """The text a bug heals from: its files as the earlier winners of its chain left
+    them (their patches apply first), and which winners touched them."""
+    base = dict(originals)
+    used = []
+    for winner in winners:
+        shared = {path: text for path, text in winner.files.items() if path in base}
+        if shared and any(base[path] != text for path, text in shared.items()):
+            base.update(shared)
+            used.append(winner.group_id)
+    return base, tuple(used)
+
+
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
-             reach: Reach) -> HealResult:
-    """One bug: baseline and triage, then the round loop, in the given sandbox."""
+             reach: Reach, winners: Sequence[Winner] = ()) -> HealResult:
+    """One bug, in the given sandbox: a free fixer's first answer, the baseline and
+    triage, then (when earlier bugs of its chain healed files it shares) their patches as
+    a candidate, then the round loop from the text they leave."""
+    started = time.monotonic()
     project = inputs.project
     try:
         originals = read_originals(project.root, group.editable)
     except (OSError, UnicodeDecodeError) as error:
         return _skipped(group, f"cannot read the editable source: {error}")
+    base, earlier = build_on(originals, winners)
     context = build_context(group, project, device=inputs.device,
                             checks=checks_for(inputs.setup.device))
     verifier = Verifier(sandbox, inputs.setup, group, project,
                         regression=regression_nodeids(group, inputs.passed, project, reach),
-                        runner=stages.runner)
+                        runner=stages.runner, mode=inputs.settings.verify,
+                        say=lambda line: stages.progress(f"  {line}"))
+
+    def done(result: HealResult) -> HealResult:
+        """The bug's whole time: its triage and every rerun included."""
+        return replace(result, seconds=time.monotonic() - started)
+
+    first: Proposal | None = None
+    if is_free(stages.fixer) and not earlier:
+        first, why = _ask_first(_Announced(stages.fixer, stages.progress), context, base)
+        if why:
+            return done(HealResult(group.id, UNHEALED, why))
     try:
         why_not = verifier.triage(verifier.baseline(originals))
+        triaged = tuple(verifier.phases)
         if why_not:
-            return _skipped(group, why_not)
+            return done(replace(_skipped(group, why_not), triage=triaged))
+        context = with_failure_notes(context, verifier)
+        if earlier:
+            healed = _healed_by(group, verifier, base, earlier, stages)
+            if healed is not None:
+                return done(replace(healed, triage=triaged))
 
         def on_round(record: RoundRecord) -> None:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
@@ -308,18 +366,99 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         def tidy(text: str) -> str:
             return clean_log(text, roots)
 
-        return heal(
-            context, originals, fixer=stages.fixer, verify=verifier,
+        result = heal(
+            context, base, fixer=_Announced(stages.fixer, stages.progress), verify=verifier,
             rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
-            resolve_need=NeedResolver(project, reach), tidy=tidy,
+            resolve_need=NeedResolver(project, reach), tidy=tidy, first=first,
         )
+        return done(replace(result, triage=triaged))
     finally:
         verifier.restore()
 
 
-def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult) -> (
-    tuple[tuple[str, ...], str]
+class _Announced:
+    """A fixer whose every answer is announced: a model can take a minute."""
+
+    def __init__(self, fixer: Fixer, progress: Progress) -> None:
+        self.fixer = fixer
+        self.progress = progress
+        self.name = fixer.name
+        self.free = is_free(fixer)
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        self.progress(f"  round {request.round}: asking {self.name}")
+        started = time.monotonic()
+        proposal = self.fixer.propose(request)
+        self.progress(f"  round {request.round}: answered in "
+                      f"{time.monotonic() - started:.1f} s")
+        return proposal
+
+
+def _ask_first(fixer: Fixer, context: BugContext, files: Mapping[str, str]) -> (
+    tuple[Proposal | None, str]
 ):
+    """Round 1's answer from a fixer that costs nothing (recipes, a cassette, a hook),
+    before any rerun: a bug it cannot answer ends here, with no rerun at all."""
+    request = ProposalRequest(context=context, round=1, files=tuple(
+        context.view(path, redact(text)) for path, text in files.items()))
+    try:
+        return fixer.propose(request), ""
+    except Exception as error:  # the loop would end the bug the same way
+        why = str(error) if isinstance(error, FixerError) else (
+            f"the fixer failed: {type(error).__name__}: {error}")
+        return None, f"round 1: {why}"
+
+
+def _healed_by(group: BugGroup, verifier: Verifier, base: Mapping[str, str],
+               earlier: Sequence[str], stages: Stages) -> HealResult | None:
+    """The bug healed by the patches of earlier bugs (verified like any candidate), or
+    None: no call, no patch of its own."""
+    names = ", ".join(earlier)
+    stages.progress(f"  trying the patch of {names}, which touches the same files")
+    verdict = verifier(base)
+    if not verdict.ok:
+        stages.progress(f"  not healed by {names}: {verdict.summary}")
+        return None
+    record = RoundRecord(0, "earlier patch", (), verdict.summary, phases=verdict.phases,
+                         notes=verdict.notes)
+    return HealResult(group.id, HEALED, f"healed by the patch of {names}: {verdict.summary}",
+                      rounds=(record,), original=dict(base), final=dict(base),
+                      healed_by=names)
+
+
+def with_failure_notes(context: BugContext, verifier: Verifier) -> BugContext:
+    """What the baseline measured about the failing check, for the prompt."""
+    note = test_own_failure(verifier)
+    return replace(context, notes=(*context.notes, note)) if note else context
+
+
+def test_own_failure(verifier: Verifier) -> str:
+    """A failure raised in the test's own code by a check that compared no tensor value
+    (a shape, a dtype, a length): the test's expectation may be what is wrong."""
+    failure = next((f for f in verifier.group.failures if f.nodeid == verifier.first), None)
+    base = verifier.base
+    line = verifier.sites.get(verifier.first, 0)
+    if failure is None or base is None or not line or not failure.error.frames:
+        return ""
+    if os.path.abspath(failure.error.frames[-1].path) != failure.test_path:
+        return ""  # raised in project or library code
+    outcome = base.outcome(verifier.first)
+    probe = outcome.probe if outcome is not None else None
+    site = probe.site(line) if probe is not None else None
+    if probe is None or (site is not None and site.reads):
+        return ""
+    path = failure.test_path
+    text = failure.error.frames[-1].line or linecache.getline(path, line).strip()
+    return (f"The failing check is the test's own code ({os.path.basename(path)}:{line}: "
+            f"`{text}`) and compares no tensor values (a shape, a dtype, a length or a Python "
+            "value): the test's expectation may be what is wrong. If the kernel and its "
+            "launch code are right, answer with not_a_kernel_bug and say why.")
+
+
+def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult,
+           written: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+    """Write the bug's files; ``written`` says which bug wrote each file earlier in this
+    session (this bug's text builds on theirs, so no test-time hash applies)."""
     changes = {
         path: (result.original[path], result.final[path]) for path in result.changed_files
     }
@@ -328,6 +467,8 @@ def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResu
         for path, digest in failure.hashes:
             if os.path.isfile(path) and project.contains(path):
                 expected.setdefault(project.relative(path), digest)
+    for path in written:
+        expected.pop(path, None)
     try:
         done = write_back(
             project.root, changes, expected=expected,
@@ -336,6 +477,13 @@ def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResu
     except (StaleFileError, OSError) as error:
         return (), str(error)
     return done.written, ""
+
+
+def _builds_on(result: HealResult, finals: Mapping[str, tuple[str, str]]) -> tuple[str, ...]:
+    """The earlier bugs whose patched text this bug's patch starts from."""
+    return tuple(dict.fromkeys(
+        bug for path, (bug, text) in finals.items()
+        if path in result.changed_files and result.original.get(path) == text))
 
 
 def finish(
@@ -349,14 +497,28 @@ def finish(
     settings = inputs.settings
     report_dir = settings.report_dir
     bugs = []
+    finals: dict[str, tuple[str, str]] = {}  # path -> (bug, text its patch leaves)
+    written: dict[str, str] = {}  # path -> bug that wrote it (apply mode)
     for index, (group, result) in enumerate(results):
         applied: tuple[str, ...] = ()
         error = ""
-        if settings.apply and result.status == HEALED and result.changed_files:
-            applied, error = _apply(report_dir, inputs.project, group, result)
-        patch = patch_name(group) if result.status == HEALED and result.patch else ""
+        builds_on = _builds_on(result, finals) if result.status == HEALED else ()
+        if settings.apply and result.status == HEALED and result.healed_by:
+            error = (f"already applied by {result.healed_by}" if any(
+                bug in written.values() for bug in result.healed_by.split(", ")) else "")
+        elif settings.apply and result.status == HEALED and result.changed_files:
+            applied, error = _apply(report_dir, inputs.project, group, result, written)
+            if error and builds_on and not set(builds_on) <= set(written.values()):
+                error = (f"not written: it builds on the patch of {', '.join(builds_on)}, "
+                         f"which was not written ({error})")
+            written.update((path, group.id) for path in applied)
+        if result.status == HEALED:
+            finals.update((path, (group.id, result.final[path]))
+                          for path in result.changed_files)
+        keep = result.status in (HEALED, MASKED) and bool(result.patch)
+        patch = patch_name(group, result.status) if keep else ""
         bugs.append(BugReport(group, result, patch, applied, error,
-                              reruns.get(index, RerunStats())))
+                              reruns.get(index, RerunStats()), builds_on))
     return SessionReport(
         bugs=tuple(bugs),
         rootdir=inputs.project.root,
