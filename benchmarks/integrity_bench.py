@@ -75,6 +75,21 @@ def localise(source: str) -> str:
     return re.sub(r"\bliger_kernel\.", "lk.", source)
 
 
+def copy_liger(root: Path, ops: Sequence[str] = ()) -> Path:
+    """liger's two helper modules (and ``ops``) copied into ``root/lk``, imports pointed at
+    the copy, and an empty ``tests`` folder; returns the installed package's folder."""
+    liger = liger_root()
+    (root / "lk" / "ops").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "lk" / "__init__.py").write_text("")
+    (root / "lk" / "ops" / "__init__.py").write_text("")
+    (root / "lk" / "utils.py").write_text(localise((liger / "utils.py").read_text()))
+    for name in ("utils", *ops):
+        text = localise((liger / "ops" / f"{name}.py").read_text())
+        (root / "lk" / "ops" / f"{name}.py").write_text(text)
+    return liger
+
+
 def replace_first(text: str, old: str, new: str, what: str) -> str:
     if old not in text:
         raise ValueError(f"{what}: {old[:80]!r} is not in the module")
@@ -105,14 +120,7 @@ def module_name(case: Case) -> str:
 
 def build(root: Path, cases: Sequence[Case], *, candidate: bool) -> dict[str, list[list[str]]]:
     """Write the project (bugged, or with every candidate applied); returns the answers."""
-    liger = liger_root()
-    (root / "lk" / "ops").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "lk" / "__init__.py").write_text("")
-    (root / "lk" / "ops" / "__init__.py").write_text("")
-    (root / "lk" / "utils.py").write_text(localise((liger / "utils.py").read_text()))
-    helpers = localise((liger / "ops" / "utils.py").read_text())
-    (root / "lk" / "ops" / "utils.py").write_text(helpers)
+    liger = copy_liger(root)
     (root / "pytest.ini").write_text(INI)
     answers: dict[str, list[list[str]]] = {}
     for case in cases:
