@@ -412,6 +412,51 @@ def test_the_hook_example_heals_the_example_projects_gelu(pytester: pytest.Pytes
     assert [round_["source"] for round_ in bug["round_details"]] == ["hook"]
 
 
+def module_of(parts: list[str]) -> tuple[Path, int] | None:
+    """The source file of the longest module that ``parts`` start with (found on disk,
+    never imported), and how many of the parts name it."""
+    dirs = dict(re.findall(r'^"(pytest_kernelfix\.\w+)" = "(\w+)"$',
+                           (ROOT / "pyproject.toml").read_text(), re.M))
+    for length in range(len(parts), 0, -1):
+        name = ".".join(parts[:length])
+        base = ROOT / dirs[name] if name in dirs else ROOT.joinpath(*parts[:length])
+        for candidate in (base / "__init__.py", base.with_suffix(".py")):
+            if candidate.is_file():
+                return candidate, length
+    return None
+
+
+def top_level_names(source: Path) -> set[str]:
+    """What a module defines at its top level, lazy exports (``_EXPORTS``) included."""
+    names = set()
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets) and (
+                    isinstance(node.value, ast.Dict)):
+                names |= {key.value for key in node.value.keys
+                          if isinstance(key, ast.Constant) and isinstance(key.value, str)}
+    return names
+
+
+def test_every_module_and_name_the_docs_spell_out_exists() -> None:
+    """``pytest_kernelfix.a.b`` and ``pytest_kernelfix.a.b.name`` in the docs: the module
+    is a file of the package, the name one it defines."""
+    for page in PAGES:
+        for dotted in set(re.findall(r"pytest_kernelfix(?:\.\w+)+", text_of(page))):
+            parts = dotted.split(".")
+            found = module_of(parts)
+            assert found is not None, f"{page.name}: {dotted}"
+            source, length = found
+            rest = parts[length:]
+            assert not rest or rest[0] in top_level_names(source), f"{page.name}: {dotted}"
+
+
 # -- docs/architecture.md matches the code ------------------------------------------------------
 
 
