@@ -130,9 +130,9 @@ def first_change(bug: BugReport) -> tuple[str, int] | None:
 
 def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
     """Where a bug that was not healed shows: the innermost traceback line in a file a
-    fix may edit; else, for a failure the test's own code raised (or one the model
-    declined as not a kernel bug), the test's line; else the launched kernel's ``def``;
-    else the innermost line in the project."""
+    fix may edit; else, for a bug the model declined as not a kernel bug (the test's own
+    expectation), the test's line; else the launched kernel's ``def``; else the innermost
+    line in the project."""
     failure = bug.group.first
 
     def inside(pairs: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -150,9 +150,7 @@ def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
         return editable[0]
     test = next((where for where in frames
                  if os.path.abspath(rootdir / where[0]) == failure.test_path), None)
-    raised_by_test = bool(failure.error.frames) and (
-        os.path.abspath(failure.error.frames[-1].path) == failure.test_path)
-    if test is not None and (bug.result.status == DECLINED or raised_by_test):
+    if test is not None and bug.result.status == DECLINED:
         return test
     kernel = next((where for where in kernels if where[0] in bug.group.editable), None)
     anywhere = frames + kernels
