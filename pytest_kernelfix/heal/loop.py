@@ -40,6 +40,7 @@ from pytest_kernelfix.heal.outcomes import (
     UNCERTIFIABLE,
     UNHEALED,
     Candidate,
+    Exchange,
     Guard,
     HealResult,
     RoundRecord,
@@ -129,7 +130,8 @@ def heal(
             source = getattr(fixer, "name", "")
             why = str(error) if isinstance(error, FixerError) else (
                 f"the fixer failed: {type(error).__name__}: {error}")
-            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}")))
+            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
+                                       exchange=Exchange.failed(error)))
             return finish(UNHEALED, f"round {number}: {why}")
         usage = usage + proposal.usage
         if number == 1:
@@ -138,7 +140,8 @@ def heal(
         if key == previous and number < rounds:  # in the last round it ends the bug anyway
             stopped = f"the same answer as round {number - 1}: stopped"
             records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
-                                       redact(proposal.raw[:_RAW_KEEP])))
+                                       redact(proposal.raw[:_RAW_KEEP]),
+                                       exchange=Exchange.of(proposal)))
             if on_round is not None:
                 on_round(records[-1])
             last = records[-2].outcome if len(records) > 1 else ""
@@ -165,6 +168,7 @@ def heal(
                 proposal.usage,
                 redact(proposal.raw[:_RAW_KEEP]),
                 tuple(redact(note) for note in outcome.notes),
+                Exchange.of(proposal),
             )
         )
         if on_round is not None:
