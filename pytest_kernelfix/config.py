@@ -71,6 +71,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH"),
     Option("kernelfix_prompts_dir", "Directory of jinja2 templates that override the packaged "
            "prompts", "", metavar="DIR"),
+    Option("kernelfix_save_prompts", "Keep each round's prompt and raw answer, redacted, in "
+           "<report dir>/prompts, linked from the report (default: on)", True, "bool"),
     Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
            "int", metavar="N"),
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
@@ -262,6 +264,7 @@ class Settings:
     no_cache: bool = False
     max_cost: float = 0.0
     max_tokens: int = 0
+    save_prompts: bool = True
 
     @property
     def cache_root(self) -> Path:
@@ -311,6 +314,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         no_cache=bool(value("kernelfix_no_cache")),
         max_cost=value("kernelfix_max_cost"),
         max_tokens=value("kernelfix_max_tokens"),
+        save_prompts=bool(value("kernelfix_save_prompts")),
     )
 
 
