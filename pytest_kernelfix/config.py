@@ -73,6 +73,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH"),
     Option("kernelfix_prompts_dir", "Directory of jinja2 templates that override the packaged "
            "prompts", "", metavar="DIR"),
+    Option("kernelfix_save_prompts", "Keep each round's prompt and raw answer, redacted, in "
+           "<report dir>/prompts, linked from the report (default: on)", True, "bool"),
     Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
            "int", metavar="N"),
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
@@ -270,6 +272,7 @@ class Settings:
     max_cost: float = 0.0
     max_tokens: int = 0
     verify: str = "staged"
+    save_prompts: bool = True
 
     @property
     def cache_root(self) -> Path:
@@ -320,6 +323,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_cost=value("kernelfix_max_cost"),
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
+        save_prompts=bool(value("kernelfix_save_prompts")),
     )
 
 

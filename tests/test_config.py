@@ -22,7 +22,7 @@ def pytest_configure(config):
         "cuda_shim": s.cuda_shim, "paths": list(s.paths), "target": s.target,
         "workers": s.workers, "rerun": s.rerun,
         "cache_root": str(s.cache_root), "no_cache": s.no_cache, "max_cost": s.max_cost,
-        "max_tokens": s.max_tokens,
+        "max_tokens": s.max_tokens, "save_prompts": s.save_prompts,
     }))
 """
 
@@ -61,6 +61,7 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
     assert settings["rerun"] == "auto"
     assert settings["cache_root"] == str(pytester.path / ".kernelfix" / "cache")
     assert (settings["no_cache"], settings["max_cost"], settings["max_tokens"]) == (False, 0, 0)
+    assert settings["save_prompts"] is True
 
 
 def test_cache_and_budget_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
@@ -88,6 +89,7 @@ def test_ini_values_are_read_and_cli_wins(
         kernelfix_cuda_shim = false
         kernelfix_workers = 3
         kernelfix_rerun = subprocess
+        kernelfix_save_prompts = off
         kernelfix_paths =
             kernels/*.py
             ops/*.py
@@ -100,9 +102,11 @@ def test_ini_values_are_read_and_cli_wins(
     assert settings["timeout"] == 12.5
     assert settings["cuda_shim"] is False
     assert settings["paths"] == ["kernels/*.py", "ops/*.py"]
+    assert settings["save_prompts"] is False
     settings = settings_of(pytester, "--kernelfix-rounds=2", "--kernelfix-cuda-shim=on",
-                           "--kernelfix-workers=auto", "--kernelfix-rerun=fork")
-    assert settings["rounds"] == 2
+                           "--kernelfix-workers=auto", "--kernelfix-rerun=fork",
+                           "--kernelfix-save-prompts=on")
+    assert settings["rounds"] == 2 and settings["save_prompts"] is True
     assert settings["cuda_shim"] is True
     assert settings["workers"] == 0 and settings["rerun"] == "fork"
 

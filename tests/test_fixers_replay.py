@@ -27,8 +27,11 @@ KEY = "sk-kernelfix-test-0123456789abcdef"
 TRICKY = 'x\r\n\t"q" \\n \u2028 \u00e9 \U0001f600 \ud800 end'
 
 
-def without_timing(proposal: Proposal) -> Proposal:
-    return replace(proposal, usage=replace(proposal.usage, seconds=0.0), source="")
+def comparable(proposal: Proposal) -> Proposal:
+    """What a replay reproduces: all but the timing and where the answer came from (a
+    replay renders the same prompt but sends it nowhere)."""
+    return replace(proposal, usage=replace(proposal.usage, seconds=0.0), source="",
+                   sent=False, origin="")
 
 
 def test_a_recorded_heal_replays_identically(fake_llm: FakeLLM, tmp_path: Path) -> None:
@@ -57,8 +60,10 @@ def test_a_recorded_heal_replays_identically(fake_llm: FakeLLM, tmp_path: Path) 
     order = [1, 0, 2]
     replayed = {i: replay.propose(requests[i]) for i in order}
     for i in order:
-        assert without_timing(replayed[i]) == without_timing(recorded[i])
+        assert comparable(replayed[i]) == comparable(recorded[i])
         assert replayed[i].source == f"replay:{cassette}"
+        assert recorded[i].sent and not replayed[i].sent
+        assert replayed[i].origin.startswith(f"replayed from {cassette} line ")
         assert replayed[i].usage.calls == 1
     assert recorded[1].parse_error and recorded[0].modifications
 

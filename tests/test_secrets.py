@@ -165,6 +165,9 @@ def test_no_secret_leaves_a_session(
         "patch": (root / ".kernelfix" / bug["patch"]).read_text(),
         "terminal": plugin_lines + section,
     }
+    prompt_files = sorted((root / ".kernelfix" / "prompts").glob("*/round-*.md"))
+    assert len(prompt_files) == 2  # both rounds' prompts and answers
+    artifacts.update({path.name: path.read_text() for path in prompt_files})
     leaks = [(where, secret) for where, text in artifacts.items() for secret in SECRETS
              if secret in text]
     assert leaks == []

@@ -7,6 +7,7 @@ getting them). The healing loop applies and verifies.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,6 +75,15 @@ class Usage:
         )
 
 
+#: One chat message: (role, content).
+Message = tuple[str, str]
+
+
+def as_messages(messages: Iterable[Mapping[str, str]]) -> tuple[Message, ...]:
+    """OpenAI-style message dicts as (role, content) pairs."""
+    return tuple((message["role"], message["content"]) for message in messages)
+
+
 @dataclass(frozen=True)
 class Proposal:
     """A fixer's answer for one round.
@@ -84,6 +94,12 @@ class Proposal:
     read, is the model declining (:attr:`declined`); ``not_a_kernel_bug`` is its reason
     when it says the failure is not the kernel's (the test's own expectation, the
     environment): the bug then ends after that answer.
+
+    ``raw`` is the whole answer. ``messages`` is the prompt the answer is for and
+    ``sent`` says whether a model was sent it just now: a replay renders the prompt
+    its recorded model stood for, without sending it. ``origin`` says where an answer
+    that no model gave just now came from (a cassette line, the answer cache, a recipe,
+    a hook), so the report never passes it off as a model's.
     """
 
     modifications: tuple[Modification, ...]
@@ -94,6 +110,9 @@ class Proposal:
     source: str = ""
     need: tuple[str, ...] = ()
     not_a_kernel_bug: str = ""
+    messages: tuple[Message, ...] = ()
+    sent: bool = False
+    origin: str = ""
 
     @property
     def declined(self) -> bool:
@@ -108,8 +127,13 @@ def is_free(fixer: object) -> bool:
 class FixerError(Exception):
     """The fixer could not answer at all (API down after retries, cassette used up).
 
-    The message goes into the report as the reason the bug stayed unhealed.
+    The message goes into the report as the reason the bug stayed unhealed;
+    ``messages`` is the prompt of a request that was sent and got no answer.
     """
+
+    def __init__(self, reason: str, *, messages: tuple[Message, ...] = ()) -> None:
+        super().__init__(reason)
+        self.messages = messages
 
 
 class Fixer(Protocol):

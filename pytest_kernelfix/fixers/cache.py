@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -170,7 +170,9 @@ class CachingFixer:
         key = answer_key(request, identity=self.identity, earlier=earlier)
         cached = self.cache.load(key)
         if cached is not None:
-            proposal = read_answer(cached.raw, usage=Usage(cache_hits=1), source=self.name)
+            proposal = replace(
+                read_answer(cached.raw, usage=Usage(cache_hits=1), source=self.name),
+                origin=f"the answer cache ({self.cache.path(key)}); no model was asked")
         else:
             proposal = self.inner.propose(request)
         raw = redact(proposal.raw)

@@ -17,6 +17,9 @@ from pytest_kernelfix.fixers.base import (
     is_free,
 )
 
+#: Where a hook's answer came from, unless the hook says.
+HOOK_ORIGIN = "a pytest_kernelfix_propose hook"
+
 
 def as_proposal(answer: Any, source: str) -> Proposal:
     """Accept what a hook may return: a Proposal, edits, a parsed or a raw answer."""
@@ -52,7 +55,8 @@ class HookFixer:
         if answer is None:
             return self.fallback.propose(request)
         proposal = as_proposal(answer, "hook")
-        return proposal if proposal.source else replace(proposal, source="hook")
+        return replace(proposal, source=proposal.source or "hook",
+                       origin=proposal.origin or HOOK_ORIGIN)
 
 
 class UnavailableFixer:

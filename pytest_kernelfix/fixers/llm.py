@@ -14,13 +14,19 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from pytest_kernelfix.fixers.answer import read_answer
-from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.fixers.base import (
+    FixerError,
+    Proposal,
+    ProposalRequest,
+    Usage,
+    as_messages,
+)
 from pytest_kernelfix.fixers.prompting import PromptError, render_messages
 from pytest_kernelfix.redact import MARKER, redact
 
@@ -83,7 +89,8 @@ class LLMFixer:
         sent = sum(len(message["content"]) for message in messages)
         usage = Usage(1, prompt_tokens, completion_tokens, _cost(litellm, response), seconds,
                       prompt_chars=sent)
-        return read_answer(_content(response), usage=usage, source=self.name)
+        proposal = read_answer(_content(response), usage=usage, source=self.name)
+        return replace(proposal, messages=as_messages(messages), sent=True)
 
     def call_arguments(self, messages: list[dict[str, str]]) -> dict[str, Any]:
         """The keyword arguments of ``litellm.completion`` for one attempt."""
@@ -113,7 +120,8 @@ class LLMFixer:
             except Exception as exc:
                 failure = classify(litellm, exc)
                 if not failure.retryable or attempt == attempts:
-                    raise FixerError(self._reason(failure, attempt, exc)) from None
+                    raise FixerError(self._reason(failure, attempt, exc),
+                                     messages=as_messages(messages)) from None
                 if failure.backoff:
                     time.sleep(retry_delay(exc, attempt))
         raise AssertionError("unreachable")  # pragma: no cover

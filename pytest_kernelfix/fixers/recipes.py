@@ -100,7 +100,8 @@ def _proposal(recipe: Recipe, modifications: tuple[Modification, ...]) -> Propos
         },
         indent=2,
     )
-    return Proposal(modifications, raw, analysis, usage=Usage(), source=SOURCE)
+    return Proposal(modifications, raw, analysis, usage=Usage(), source=SOURCE,
+                    origin=f"the offline recipe {recipe.name}; no model was asked")
 
 
 # --- edits from a rewrite -------------------------------------------------------------

@@ -17,7 +17,7 @@ import fnmatch
 import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from pytest_kernelfix.fixers.base import (
     Proposal,
     ProposalRequest,
     Usage,
+    as_messages,
     is_free,
 )
 from pytest_kernelfix.fixers.prompting import PromptError, render_messages
@@ -125,7 +126,8 @@ class ReplayFixer:
     """Answer from a cassette: the first unused entry that matches the bug and round.
 
     It stands in for the model that recorded the cassette, so it renders the prompt that
-    model would have been sent (its size is reported like a live prompt's)."""
+    model would have been sent: its size is reported like a live prompt's, and the
+    proposal carries it marked as not sent, with the cassette line it answers from."""
 
     def __init__(self, path: Path | str, *, prompts_dir: Path | None = None) -> None:
         self.path = Path(path)
@@ -152,13 +154,15 @@ class ReplayFixer:
             self._used.add(index)
         entry = self.entries[index]
         try:
-            sent = sum(len(m["content"]) for m in render_messages(
-                request, prompts_dir=self.prompts_dir))
+            messages = render_messages(request, prompts_dir=self.prompts_dir)
         except PromptError as error:
             raise FixerError(f"{self.name}: {error}") from None
         usage = Usage(1, entry.prompt_tokens, entry.completion_tokens, entry.cost, 0.0,
-                      prompt_chars=sent)
-        return read_answer(entry.response, usage=usage, source=self.name)
+                      prompt_chars=sum(len(message["content"]) for message in messages))
+        proposal = read_answer(entry.response, usage=usage, source=self.name)
+        recorded = f" (recorded from {entry.model})" if entry.model else ""
+        return replace(proposal, messages=as_messages(messages),
+                       origin=f"replayed from {self.path} line {entry.line}{recorded}")
 
 
 class RecordingFixer:

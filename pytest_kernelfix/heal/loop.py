@@ -48,6 +48,7 @@ from pytest_kernelfix.heal.outcomes import (
     UNCERTIFIABLE,
     UNHEALED,
     Candidate,
+    Exchange,
     Guard,
     HealResult,
     Phase,
@@ -142,7 +143,8 @@ def heal(
             source = getattr(fixer, "name", "")
             why = str(error) if isinstance(error, FixerError) else (
                 f"the fixer failed: {type(error).__name__}: {error}")
-            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}")))
+            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
+                                       exchange=Exchange.failed(error)))
             return finish(UNHEALED, f"round {number}: {why}")
         usage = usage + proposal.usage
         if number == 1:
@@ -151,7 +153,8 @@ def heal(
         if key == previous and number < rounds:  # in the last round it ends the bug anyway
             stopped = f"the same answer as round {number - 1}: stopped"
             records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
-                                       redact(proposal.raw[:_RAW_KEEP])))
+                                       redact(proposal.raw[:_RAW_KEEP]),
+                                       exchange=Exchange.of(proposal)))
             if on_round is not None:
                 on_round(records[-1])
             last = records[-2].outcome if len(records) > 1 else ""
@@ -162,7 +165,8 @@ def heal(
             reason = " ".join(proposal.not_a_kernel_bug.split())[:_ANALYSIS_KEEP]
             records.append(RoundRecord(number, proposal.source, (),
                                        redact(f"not a kernel bug: {reason}"), proposal.usage,
-                                       redact(proposal.raw[:_RAW_KEEP])))
+                                       redact(proposal.raw[:_RAW_KEEP]),
+                                       exchange=Exchange.of(proposal)))
             if on_round is not None:
                 on_round(records[-1])
             return finish(DECLINED, f"the model says this is not a kernel bug: {reason}")
@@ -187,6 +191,7 @@ def heal(
                 redact(proposal.raw[:_RAW_KEEP]),
                 tuple(redact(note) for note in outcome.notes),
                 outcome.phases,
+                Exchange.of(proposal),
             )
         )
         if on_round is not None:

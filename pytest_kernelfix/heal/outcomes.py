@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from pytest_kernelfix.engine.diff import cumulative_diff
 from pytest_kernelfix.engine.parse import Modification
-from pytest_kernelfix.fixers.base import Usage
+from pytest_kernelfix.fixers.base import FixerError, Message, Proposal, Usage
+from pytest_kernelfix.redact import redact
 
 if TYPE_CHECKING:  # the matcher (rapidfuzz, numpy) is not loaded to read a report
     from pytest_kernelfix.engine.files import EditOutcome
@@ -93,8 +94,58 @@ class Verdict:
             raise ValueError(f"a verdict with ok={self.ok} cannot be of kind {self.kind}")
 
 
+#: How much of one message, or of one answer, a round keeps (about 25k tokens): far more
+#: than a prompt of this plugin holds, a bound on a runaway answer.
+KEEP_CHARS = 100_000
+
+
+def bounded(text: str, limit: int = KEEP_CHARS) -> str:
+    """``text``, or its first and last halves of ``limit`` with a line saying how much of
+    the middle was left out (the start holds the error, the end the latest feedback)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return (f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n"
+            f"{text[-half:]}")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one round's answer was given and what it said, redacted and bounded: the
+    prompt's ``messages``, whether they were ``sent`` to a model, where the answer came
+    from when no model gave it just now (``origin``), and the raw ``answer``."""
+
+    messages: tuple[Message, ...] = ()
+    sent: bool = False
+    origin: str = ""
+    answer: str = ""
+
+    @classmethod
+    def of(cls, proposal: Proposal) -> Exchange:
+        return cls(_kept(proposal.messages), proposal.sent, redact(proposal.origin),
+                   bounded(redact(proposal.raw)))
+
+    @classmethod
+    def failed(cls, error: BaseException) -> Exchange:
+        """The prompt of a call that got no answer (none when it was never sent)."""
+        messages = error.messages if isinstance(error, FixerError) else ()
+        return cls(_kept(messages), bool(messages))
+
+    @property
+    def empty(self) -> bool:
+        return not (self.messages or self.answer)
+
+
+def _kept(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    # Redacted whole, then cut: a cut first could leave half a key no pattern matches.
+    return tuple((role, bounded(redact(content))) for role, content in messages)
+
+
 @dataclass(frozen=True)
 class RoundRecord:
+    """One round as reported; ``exchange`` is its prompt and answer for the prompt file
+    (``raw`` is the answer's start, for a glance)."""
+
     round: int
     source: str
     edits: tuple[EditOutcome, ...]
@@ -103,6 +154,7 @@ class RoundRecord:
     raw: str = ""
     notes: tuple[str, ...] = ()
     phases: tuple[Phase, ...] = ()
+    exchange: Exchange = field(default_factory=Exchange)
 
 
 @dataclass(frozen=True)

@@ -1,2 +1,2 @@
-"""What a session leaves behind: patches, report.json and report.md, CI outputs, and the
-healed files in apply mode."""
+"""What a session leaves behind: patches, each round's prompt and answer, report.json and
+report.md, CI outputs, and the healed files in apply mode."""

@@ -1,4 +1,5 @@
-"""Artifacts of a healing session: one patch per healed bug, report.json, report.md.
+"""Artifacts of a healing session: one patch per healed bug, report.json, report.md, and
+the prompt files of every round (:mod:`pytest_kernelfix.report.prompts`).
 
 Patches are written the way Hypothesis writes its patches: a short header git ignores,
 ``a/`` ``b/`` paths relative to the rootdir, a stable name derived from the bug, and a
@@ -29,10 +30,12 @@ from pytest_kernelfix.heal.outcomes import (
     UNHEALED,
     HealResult,
     Phase,
+    RoundRecord,
 )
 from pytest_kernelfix.locate.context import CHARS_PER_TOKEN
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import redact
+from pytest_kernelfix.report.prompts import prompt_file, remove_stale_prompts, write_prompt_files
 from pytest_kernelfix.rerun.launcher import RerunStats
 
 SCHEMA_VERSION = 2
@@ -57,6 +60,9 @@ class BugReport:
 
 @dataclass(frozen=True)
 class SessionReport:
+    """The session's bugs and how it ran; ``save_prompts`` says whether the prompt files
+    are written (``--kernelfix-save-prompts``)."""
+
     bugs: tuple[BugReport, ...]
     rootdir: Path
     report_dir: Path
@@ -76,6 +82,7 @@ class SessionReport:
         return total
     max_cost: float = 0.0
     max_tokens: int = 0
+    save_prompts: bool = True
 
     @property
     def usage(self) -> Usage:
@@ -146,7 +153,12 @@ def _levels(result: HealResult) -> list[list[str]]:
     return [[edit.level for edit in record.edits] for record in result.rounds]
 
 
-def bug_json(bug: BugReport) -> dict[str, Any]:
+def round_prompt_file(bug: BugReport, record: RoundRecord, save_prompts: bool) -> str:
+    """The round's prompt file relative to the report dir; "" when none is written."""
+    return prompt_file(bug.group.id, record) if save_prompts else ""
+
+
+def bug_json(bug: BugReport, *, save_prompts: bool = True) -> dict[str, Any]:
     result, group = bug.result, bug.group
     return {
         "id": group.id,
@@ -173,6 +185,7 @@ def bug_json(bug: BugReport) -> dict[str, Any]:
                 "notes": list(record.notes),
                 "cached": record.usage.cache_hits > 0,
                 "phases": phases_json(record.phases),
+                "prompt_file": round_prompt_file(bug, record, save_prompts) or None,
             }
             for record in result.rounds
         ],
@@ -239,7 +252,7 @@ def session_json(report: SessionReport) -> dict[str, Any]:
         },
         "notes": list(report.notes),
         "reruns": {**reruns_json(report.reruns), "workers": report.workers},
-        "bugs": [bug_json(bug) for bug in report.bugs],
+        "bugs": [bug_json(bug, save_prompts=report.save_prompts) for bug in report.bugs],
     }
 
 
@@ -331,8 +344,10 @@ def session_markdown(report: SessionReport) -> str:
         for record in result.rounds:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
             cached = ", cached" if record.usage.cache_hits else ""
+            name = round_prompt_file(bug, record, report.save_prompts)
+            link = f"; [prompt and answer]({name})" if name else ""
             lines.append(f"  - round {record.round} ({record.source or 'fixer'}{cached}; "
-                         f"{edits}): {record.outcome}")
+                         f"{edits}{link}): {record.outcome}")
             lines += [f"    - note: {note}" for note in record.notes]
             if record.phases:
                 lines.append("    - verified: " + "; ".join(
@@ -393,13 +408,25 @@ def write_patches(report: SessionReport) -> None:
             write_atomic(report.report_dir / bug.patch_file, patch_text(bug.group, bug.result))
 
 
+def write_prompts(report: SessionReport) -> tuple[str, ...]:
+    """Write every round's prompt file (none with ``save_prompts`` off); their names."""
+    if not report.save_prompts:
+        return ()
+    rounds = ((bug.group.id, record) for bug in report.bugs for record in bug.result.rounds)
+    return write_prompt_files(report.report_dir, rounds)
+
+
 def write_reports(report: SessionReport) -> Mapping[str, Path]:
-    """Write report.json and report.md next to the patches; returns their paths."""
+    """Write report.json and report.md next to the patches and prompt files, and remove
+    those an earlier session left; returns the reports' paths."""
     json_path = report.report_dir / "report.json"
     md_path = report.report_dir / "report.md"
     write_atomic(json_path, json.dumps(redacted(session_json(report)), indent=2) + "\n")
     write_atomic(md_path, redact(session_markdown(report)))
     remove_stale_patches(report.report_dir, [b.patch_file for b in report.bugs if b.patch_file])
+    remove_stale_prompts(report.report_dir, [
+        name for bug in report.bugs for record in bug.result.rounds
+        if (name := round_prompt_file(bug, record, report.save_prompts))])
     return {"json": json_path, "markdown": md_path}
 
 

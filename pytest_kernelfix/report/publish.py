@@ -2,7 +2,7 @@
 
 The controller calls :func:`publish` once with the session's report and the sinks the
 session asked for: the files in the report dir (:class:`ReportFiles`: patches,
-report.json, report.md, suggestions.rdjson), GitHub's step summary and annotations
+prompt files, report.json, report.md, suggestions.rdjson), GitHub's step summary and annotations
 (:class:`GitHubActions`), and JUnit XML properties
 (:class:`~pytest_kernelfix.report.junit.JUnitProperties`, which writes once pytest's
 junitxml has). A sink that fails costs its own output and a note, never the session;
@@ -18,7 +18,12 @@ from typing import Protocol
 
 from filelock import FileLock
 
-from pytest_kernelfix.report.artifacts import SessionReport, write_patches, write_reports
+from pytest_kernelfix.report.artifacts import (
+    SessionReport,
+    write_patches,
+    write_prompts,
+    write_reports,
+)
 from pytest_kernelfix.report.github import github_outputs, write_suggestions
 
 
@@ -44,8 +49,8 @@ class Sink(Protocol):
 
 
 class ReportFiles:
-    """Patches, report.json, report.md and suggestions.rdjson in the report dir, written
-    under a lock on the report dir (xdist sessions and concurrent runs share it)."""
+    """Patches, prompt files, report.json, report.md and suggestions.rdjson in the report
+    dir, written under a lock on the report dir (xdist sessions and concurrent runs share it)."""
 
     name = "the report files"
     required = True
@@ -54,6 +59,7 @@ class ReportFiles:
         report.report_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(str(report.report_dir / ".report.lock"), timeout=120):
             write_patches(report)
+            write_prompts(report)
             write_reports(report)
             write_suggestions(report)
         return Published()

@@ -258,7 +258,7 @@ class HealingController:
         stages = Stages(fixer=session_fixer(self.config, self.settings),
                         guard=build_guard(inputs.project), runner=self.reruns,
                         progress=self._progress)
-        return run_healing(inputs, stages)
+        return replace(run_healing(inputs, stages), save_prompts=self.settings.save_prompts)
 
     def _progress(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
