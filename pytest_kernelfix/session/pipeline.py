@@ -51,6 +51,7 @@ from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.session.crashes import reproduce_crashes
 from pytest_kernelfix.session.schedule import chains, visible_gpus, worker_count, worker_env
+from pytest_kernelfix.verify.triage import raised_in_kernel
 from pytest_kernelfix.verify.verifier import Runner, Verifier
 
 Progress = Callable[[str], None]
@@ -344,8 +345,15 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
     first: Proposal | None = None
     if is_free(stages.fixer) and not earlier:
         first, why = _ask_first(_Announced(stages.fixer, stages.progress), context, base)
-        if why:
+        if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
             return done(HealResult(group.id, UNHEALED, why))
+        if why:  # an error the interpreter raised: the baseline may say it is its own
+            try:
+                why_not = verifier.triage(verifier.baseline(originals))
+            finally:
+                verifier.restore()
+            return done(replace(_skipped(group, why_not) if why_not else HealResult(
+                group.id, UNHEALED, why), triage=tuple(verifier.phases)))
     try:
         why_not = verifier.triage(verifier.baseline(originals))
         triaged = tuple(verifier.phases)
