@@ -33,6 +33,7 @@ class Option:
     choices: tuple[str, ...] = ()
     env: str = ""
     metavar: str = ""
+    minimum: int = 0  # the smallest whole number an "int" option takes
 
     @property
     def flag(self) -> str:
@@ -49,7 +50,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_apply", "Heal failing kernel tests and write the winning patches into "
            "the working tree", False, "bool"),
     Option("kernelfix_rounds", "Propose-and-verify rounds per bug (default: 3)", 3, "int",
-           metavar="N"),
+           metavar="N", minimum=1),
     Option("kernelfix_model", "Fixer: a litellm model string (openai/gpt-4o, "
            "anthropic/claude-sonnet-4-5, ollama/qwen2.5-coder...), replay:PATH for a "
            "cassette, or recipes (default: recipes)", "recipes", env="KERNELFIX_MODEL",
@@ -160,7 +161,7 @@ def _convert(option: Option, value: Any) -> Any:
     try:
         if option.kind == "int":
             number = int(str(value).strip())
-            if number < 0:
+            if number < option.minimum:
                 raise ValueError
             return number
         if option.kind == "float":
@@ -200,7 +201,7 @@ def _convert(option: Option, value: Any) -> Any:
         return str(value).strip()
     except (TypeError, ValueError):
         expected = {
-            "int": "a whole number >= 0",
+            "int": f"a whole number >= {option.minimum}",
             "float": "a number of seconds > 0",
             "usd": "an amount of US dollars >= 0 (0: no cap)",
             "bool": "true or false",
@@ -282,13 +283,10 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
 
     apply = bool(value("kernelfix_apply"))
     heal = bool(value("kernelfix")) or apply
-    rounds = value("kernelfix_rounds")
-    if rounds < 1:
-        raise pytest.UsageError("kernelfix: --kernelfix-rounds must be at least 1")
     return Settings(
         heal=heal,
         apply=apply,
-        rounds=rounds,
+        rounds=value("kernelfix_rounds"),
         model=_replay_path(value("kernelfix_model") or "recipes", rootdir),
         api_base=value("kernelfix_api_base"),
         llm_timeout=value("kernelfix_llm_timeout"),
