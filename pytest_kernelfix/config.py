@@ -77,7 +77,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
            f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
-           "queries to the CPU (default: true)", True, "bool"),
+           "queries to the CPU (default: on)", True, "bool"),
     Option("kernelfix_sandbox_exclude", "Glob patterns (relative to the rootdir) left out of "
            "the sandbox copy", (), "lines"),
     Option("kernelfix_paths", "Glob patterns (relative to the rootdir) of the only files "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.config import OPTIONS, resolve_device
+from pytest_kernelfix.config import FLAGS, OPTIONS, resolve_device
 
 SHOW = """
 import json, pathlib
@@ -44,6 +44,17 @@ def test_every_option_is_prefixed_and_has_an_ini_twin(pytester: pytest.Pytester)
         assert f"{option.name} (" in out  # ini twin listed
         if option.kind != "lines":
             assert option.flag in out
+
+
+def test_on_off_options_state_their_default_in_the_words_they_take() -> None:
+    for option in OPTIONS:
+        if option.kind != "bool":
+            continue
+        if option.name in FLAGS:  # a bare flag is off until given: no default to state
+            assert "default" not in option.help, option.name
+        else:
+            word = "on" if option.default else "off"
+            assert option.help.endswith(f"(default: {word})"), option.name
 
 
 def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
