@@ -100,8 +100,14 @@ class Proposal:
 class FixerError(Exception):
     """The fixer could not answer at all (API down after retries, cassette used up).
 
-    The message goes into the report as the reason the bug stayed unhealed.
+    The message goes into the report as the reason the bug stayed unhealed. ``source``
+    names the fixer that failed when the one asked passed the question on (the hook to
+    the configured fixer); empty: the one asked.
     """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class Fixer(Protocol):
