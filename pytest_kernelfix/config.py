@@ -357,19 +357,24 @@ def _torch_sees_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _replay_path(model: str, rootdir: Path) -> str:
-    """``replay:PATH`` with a relative PATH: the current directory first, then the rootdir.
+def replay_candidates(path: str, rootdir: Path) -> tuple[Path, ...]:
+    """Where the cassette of ``replay:PATH`` is looked for, in order: a relative PATH in
+    the current directory first, then under the rootdir.
 
     A cassette named on the command line is relative to where pytest runs; one named in
     the ini file is relative to the project, wherever pytest runs from.
     """
+    given = Path(os.path.expanduser(path))
+    return (given,) if given.is_absolute() else (given, rootdir / given)
+
+
+def _replay_path(model: str, rootdir: Path) -> str:
+    """``replay:PATH`` with PATH where the cassette was found (as given: found nowhere)."""
     prefix = "replay:"
     if not model.startswith(prefix):
         return model
-    path = Path(os.path.expanduser(model[len(prefix):]))
-    if not path.is_absolute() and not path.exists() and (rootdir / path).exists():
-        return prefix + str(rootdir / path)
-    return prefix + str(path)
+    candidates = replay_candidates(model[len(prefix):], rootdir)
+    return prefix + str(next((path for path in candidates if path.exists()), candidates[0]))
 
 
 def _under(rootdir: Path, text: str) -> Path:
