@@ -19,10 +19,13 @@ from kernel_project import (
     answer,
     git_apply_check,
     git_init,
+    git_status,
     make_project,
     report_of,
     write_cassette,
 )
+
+from pytest_kernelfix.report.folder import GITIGNORE
 
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
 INI_NO_TRITON = "[pytest]\npythonpath = .\nmarkers =\n    kernel: launches a Triton kernel\n"
@@ -59,6 +62,9 @@ def test_healed_in_one_round(pytester: pytest.Pytester) -> None:
     assert "-    y = x + factor\n+    y = x * factor" in patch.read_text()
     markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
     assert "| `scale_kernel-assertionerror-" in markdown and "```diff" in markdown
+    # the report dir's own .gitignore keeps it out of git status
+    assert (pytester.path / ".kernelfix" / ".gitignore").read_text() == GITIGNORE
+    assert ".kernelfix" not in git_status(pytester.path)
 
 
 def test_healed_in_two_rounds_through_feedback(pytester: pytest.Pytester) -> None:

@@ -19,6 +19,7 @@ from typing import Protocol
 from filelock import FileLock
 
 from pytest_kernelfix.report.artifacts import SessionReport, write_patches, write_reports
+from pytest_kernelfix.report.folder import make_report_dir
 from pytest_kernelfix.report.github import github_outputs, write_suggestions
 
 
@@ -44,14 +45,15 @@ class Sink(Protocol):
 
 
 class ReportFiles:
-    """Patches, report.json, report.md and suggestions.rdjson in the report dir, written
-    under a lock on the report dir (xdist sessions and concurrent runs share it)."""
+    """Patches, report.json, report.md and suggestions.rdjson in the report dir (with its
+    .gitignore), written under a lock on the report dir (xdist sessions and concurrent
+    runs share it)."""
 
     name = "the report files"
     required = True
 
     def publish(self, report: SessionReport) -> Published:
-        report.report_dir.mkdir(parents=True, exist_ok=True)
+        make_report_dir(report.report_dir, report.rootdir)
         with FileLock(str(report.report_dir / ".report.lock"), timeout=120):
             write_patches(report)
             write_reports(report)

@@ -34,6 +34,7 @@ from pytest_kernelfix.locate.need import NeedResolver
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
+from pytest_kernelfix.report.folder import make_report_dir
 from pytest_kernelfix.report.writeback import StaleFileError, write_back
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats, run_tests
 from pytest_kernelfix.rerun.plan import DevicePlan
@@ -199,6 +200,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     settings = inputs.settings
     project = inputs.project
     reach = Reach(project)
+    make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
     exclude = list(settings.sandbox_exclude)
     for folder in (settings.report_dir, settings.cache_root):
         if folder.is_relative_to(project.root):
