@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_kernelfix.capture.logs import clean_log
-from pytest_kernelfix.capture.records import Failure, PassedTest, Selection
+from pytest_kernelfix.capture.records import Failure, PassedTest, Selection, Unselected
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.fixers.base import Fixer
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
@@ -61,6 +61,7 @@ class SessionInputs:
     setup: RerunSetup
     project: Project
     notes: tuple[str, ...] = field(default_factory=tuple)
+    unselected: tuple[Unselected, ...] = ()
 
     @property
     def device(self) -> str:
@@ -371,4 +372,6 @@ def finish(
         workers=workers,
         max_cost=settings.max_cost,
         max_tokens=settings.max_tokens,
+        unselected=inputs.unselected,
+        select=settings.select,
     )
