@@ -153,8 +153,12 @@ def test_non_kernel_failures_and_passing_tests_are_left_alone(pytester: pytest.P
     pytester.makepyfile(test_plain="def test_plain():\n    assert 1 == 2\n")
     result = heal(pytester)
     result.assert_outcomes(failed=1, passed=5)
-    assert "healing" not in result.stdout.str()
+    assert "kernelfix: healing" not in result.stdout.str()
     assert not (pytester.path / ".kernelfix").exists()
+    result.stdout.fnmatch_lines([  # left alone, not forgotten: the summary counts it
+        "1 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
+        "kernel), first test_plain.py::test_plain",
+    ])
 
 
 def test_litellm_over_http_with_a_500_and_a_timeout(pytester: pytest.Pytester, fake_llm) -> None:
