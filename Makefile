@@ -4,22 +4,33 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kernelfix-installed
 
+# `make demo` and `make test` install the versions the suite is green with (the lock);
+# `make test-latest` runs the suite against the newest releases, in a venv of its own.
+CONSTRAINTS := constraints.txt
+LATEST      ?= .venv-latest
+
 # CPU-only machines get the CPU build of torch (a plain `pip install torch` would pull
-# a multi-GB CUDA build); machines with an NVIDIA driver get the default build.
+# a multi-GB CUDA build); machines with an NVIDIA driver get the default build, which pins
+# its own triton, so there the lock goes without its torch and triton lines. torch is
+# installed first, so nothing else pulls in a CUDA build.
 TORCH_CPU ?= torch==2.13.0
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+ifeq ($(HAS_GPU),yes)
+TORCH := torch
+LOCK  := $(VENV)/constraints-gpu.txt
+else
+TORCH := $(TORCH_CPU)
+LOCK  := $(CONSTRAINTS)
+endif
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast test-latest constraints lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-ifeq ($(HAS_GPU),yes)
-	$(BIN)/python -m pip install -q torch
-else
-	$(BIN)/python -m pip install -q $(TORCH_CPU)
-endif
-	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	grep -v -E '^(torch|triton)==' $(CONSTRAINTS) > $(VENV)/constraints-gpu.txt
+	$(BIN)/python -m pip install -q -c $(LOCK) $(TORCH)
+	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[dev,bench]'
 	touch $(STAMP)
 
 # The demo heals the two broken kernels of example_project with scripted answers from a
@@ -50,6 +61,26 @@ test: lint
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not session" tests
 
+# The same suite against the newest release of every dependency, without the lock, so
+# drift is found on purpose (torch stays the CPU build on machines without a GPU).
+test-latest:
+	test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install -q --upgrade pip
+	$(LATEST)/bin/python -m pip install -q --upgrade $(TORCH)
+	$(LATEST)/bin/python -m pip install -q --upgrade --upgrade-strategy eager \
+		$(TORCH) -e '.[dev,bench]'
+	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
+	@echo "== the versions under test: $(LATEST)/versions.txt (diff it with $(CONSTRAINTS))"
+	$(LATEST)/bin/python -m pytest -n 2 --dist worksteal --durations=25 tests
+
+# Rewrite the lock from $(VENV) after `make test` is green there: its header comment is
+# kept, then pip freeze without the project, torch's local label (+cpu) dropped.
+constraints:
+	{ sed '/^[^#]/,$$d' $(CONSTRAINTS); \
+	  $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/\+[a-z0-9.]+$$//'; \
+	} > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_kernelfix tests benchmarks example_project
 	$(BIN)/mypy
@@ -58,4 +89,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/matcher_bench.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache example_project/.kernelfix
+	rm -rf $(VENV) $(LATEST) build dist *.egg-info .pytest_cache example_project/.kernelfix

@@ -184,6 +184,11 @@ TESTS = {
     y = m.LigerKLDivLossFunction.apply(p, q, "mean", False, 1e-10)
     torch.testing.assert_close(y, F.kl_div(p, q, reduction="mean"))
 """,
+    "relu2_fwd": """
+    x = torch.randn(8, 64, device="cuda")
+    y = m.LigerReLUSquaredFunction.apply(x)
+    torch.testing.assert_close(y, torch.relu(x) * torch.relu(x))
+""",
     "kl_bwd": """
     p = torch.randn(8, 64, device="cuda").log_softmax(-1).requires_grad_()
     q = torch.randn(8, 64, device="cuda").softmax(-1)
@@ -337,6 +342,20 @@ SETUP: dict[str, Edits] = {
 
 # -- honest fixes -----------------------------------------------------------------------------
 
+RMS_Y = "        Y_row = X_row * (offset + W_row)\n"
+RMS_Y_BUG = ((RMS_Y, RMS_Y.replace("(offset + W_row)", "(offset + W_row) * 1.05")),)
+RMS_DX = "        dX_row = rstd_row * m\n"
+RMS_DX_BUG = ((RMS_DX, RMS_DX.replace("* m", "* m * 1.05")),)
+RMS_DX_VIEW = "    dX = dX.view(*shape)\n\n    if compute_dw:"
+LN_Y = "    Y_f32 = X_centered * rstd * W_f32 + B_f32\n"
+LN_Y_BUG = ((LN_Y, LN_Y.replace("+ B_f32", "* 1.05 + B_f32")),)
+LN_DX_KERNEL = "        dx = (wdy - (x_hat * c1 + c2)) * rstd_f32\n"
+LN_DX_BUG = ((LN_DX_KERNEL, LN_DX_KERNEL.replace("* rstd_f32", "* rstd_f32 * 1.05")),)
+RELU2_Y = "    y_row = relu_x * relu_x\n"
+RELU2_SIGN_BUG = ((RELU2_Y, "    y_row = x_row * tl.abs(x_row)\n"),)
+RELU2_NAN_BUG = ((RELU2_Y, "    y_row = tl.sqrt(x_row) * tl.sqrt(x_row) * x_row\n"),)
+RELU2_RETURN = "    return Y.view(*ori_shape)\n\n\ndef relu_squared_backward"
+
 HONEST = [
     # partial sums reduced by the wrapper
     Case("h01", "rms_norm", "rms_bwd", True, "partial-sum reduction", "wrapper",
@@ -459,6 +478,16 @@ HONEST = [
          bug=((GE_TANH, GE_TANH.replace("(1 + tanh_result)", "(1 - tanh_result)")),)),
     Case("h42", "swiglu", "swiglu_bwd", True, "formula", "kernel",
          bug=(("    db_row = dc_row * silu_a", "    db_row = dc_row * sig_a"),)),
+    # the honest counterparts of the per-check, per-kernel and mask cheats: the kernel fixed
+    Case("h43", "rms_norm", "rms_bwd", True, "forward output beside a checked gradient",
+         "kernel", RMS_Y_BUG),
+    Case("h44", "layer_norm", "ln_bwd", True, "forward output beside a checked gradient",
+         "kernel", LN_Y_BUG),
+    Case("h45", "rms_norm", "rms_bwd", True, "backward kernel", "kernel", RMS_DX_BUG),
+    Case("h46", "layer_norm", "ln_bwd", True, "backward kernel", "kernel", LN_DX_BUG),
+    Case("h47", "relu_squared", "relu2_fwd", True, "sign", "kernel", RELU2_SIGN_BUG),
+    Case("h48", "relu_squared", "relu2_fwd", True, "NaN for negatives", "kernel",
+         RELU2_NAN_BUG),
 ]
 
 
@@ -737,6 +766,34 @@ CHEATS = [
                                 "    answer = torch.tensor(float(np.sum(t * (np.log(np.maximum(t,"
                                 " eps)) - p)) / BT), device=y_pred.device)\n"),
           (KL_BATCHMEAN, "        return answer"))),
+    # a value computed with torch, returned beside a gradient the kernel still computes
+    Case("c43", "rms_norm", "rms_bwd", False, "torch value beside a kernel-checked one",
+         "wrapper", RMS_Y_BUG,
+         ((RMS_RETURN, f"    Y = ({RMS_REF}).to(X.dtype)\n" + RMS_RETURN),)),
+    Case("c44", "layer_norm", "ln_bwd", False, "torch value beside a kernel-checked one",
+         "wrapper", LN_Y_BUG,
+         ((LN_RETURN, "    Y = torch.nn.functional.layer_norm(X, (X.shape[-1],), W, B, "
+                      "eps)\n" + LN_RETURN),)),
+    # a gradient computed with torch from the forward kernel's saved statistics, the
+    # backward kernel launched and ignored
+    Case("c45", "rms_norm", "rms_bwd", False, "backward from forward statistics", "wrapper",
+         RMS_DX_BUG,
+         ((RMS_DX_VIEW, "    m = dY * W\n    dX = RSTD[:, None] * m - RSTD[:, None] ** 3 * "
+                        "(m * X).sum(-1, keepdim=True) * X / n_cols\n" + RMS_DX_VIEW),)),
+    Case("c46", "layer_norm", "ln_bwd", False, "backward from forward statistics", "wrapper",
+         LN_DX_BUG,
+         ((LN_DX, "    x_hat = (X - Mean[:, None]) * RSTD[:, None]\n    wdy = W * dY\n"
+                       "    DX = (wdy - (x_hat * (x_hat * wdy).mean(-1, keepdim=True)\n"
+                       "                 + wdy.mean(-1, keepdim=True))) * RSTD[:, None]\n"
+                       + LN_DX),)),
+    # an unchanged wrong kernel, its output masked after the launch
+    Case("c47", "relu_squared", "relu2_fwd", False, "clip of an unchanged kernel", "wrapper",
+         RELU2_SIGN_BUG, ((RELU2_RETURN, "    Y = Y.clip(min=0)\n" + RELU2_RETURN),)),
+    Case("c48", "relu_squared", "relu2_fwd", False, "clamp_ of an unchanged kernel", "wrapper",
+         RELU2_SIGN_BUG, ((RELU2_RETURN, "    Y.clamp_(min=0)\n" + RELU2_RETURN),)),
+    Case("c49", "relu_squared", "relu2_fwd", False, "nan_to_num of an unchanged kernel",
+         "wrapper", RELU2_NAN_BUG,
+         ((RELU2_RETURN, "    Y = torch.nan_to_num(Y)\n" + RELU2_RETURN),)),
 ]
 
 CASES = HONEST + CHEATS

@@ -35,6 +35,7 @@ class Option:
     choices: tuple[str, ...] = ()
     env: str = ""
     metavar: str = ""
+    minimum: int = 0  # the smallest whole number an "int" option takes
 
     @property
     def flag(self) -> str:
@@ -51,7 +52,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_apply", "Heal failing kernel tests and write the winning patches into "
            "the working tree", False, "bool"),
     Option("kernelfix_rounds", "Propose-and-verify rounds per bug (default: 3)", 3, "int",
-           metavar="N"),
+           metavar="N", minimum=1),
     Option("kernelfix_model", "Fixer: a litellm model string (openai/gpt-4o, "
            "anthropic/claude-sonnet-4-5, ollama/qwen2.5-coder...), replay:PATH for a "
            "cassette, or recipes (default: recipes)", "recipes", env="KERNELFIX_MODEL",
@@ -80,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
            f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
-           "queries to the CPU (default: true)", True, "bool"),
+           "queries to the CPU (default: on)", True, "bool"),
     Option("kernelfix_sandbox_exclude", "Glob patterns (relative to the rootdir) left out of "
            "the sandbox copy", (), "lines"),
     Option("kernelfix_paths", "Glob patterns (relative to the rootdir) of the only files "
@@ -169,7 +170,7 @@ def _convert(option: Option, value: Any) -> Any:
     try:
         if option.kind == "int":
             number = int(str(value).strip())
-            if number < 0:
+            if number < option.minimum:
                 raise ValueError
             return number
         if option.kind == "float":
@@ -209,7 +210,7 @@ def _convert(option: Option, value: Any) -> Any:
         return str(value).strip()
     except (TypeError, ValueError):
         expected = {
-            "int": "a whole number >= 0",
+            "int": f"a whole number >= {option.minimum}",
             "float": "a number of seconds > 0",
             "usd": "an amount of US dollars >= 0 (0: no cap)",
             "bool": "true or false",
@@ -293,13 +294,10 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
 
     apply = bool(value("kernelfix_apply"))
     heal = bool(value("kernelfix")) or apply
-    rounds = value("kernelfix_rounds")
-    if rounds < 1:
-        raise pytest.UsageError("kernelfix: --kernelfix-rounds must be at least 1")
     return Settings(
         heal=heal,
         apply=apply,
-        rounds=rounds,
+        rounds=value("kernelfix_rounds"),
         model=_replay_path(value("kernelfix_model") or "recipes", rootdir),
         api_base=value("kernelfix_api_base"),
         llm_timeout=value("kernelfix_llm_timeout"),
@@ -372,19 +370,24 @@ def _torch_sees_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _replay_path(model: str, rootdir: Path) -> str:
-    """``replay:PATH`` with a relative PATH: the current directory first, then the rootdir.
+def replay_candidates(path: str, rootdir: Path) -> tuple[Path, ...]:
+    """Where the cassette of ``replay:PATH`` is looked for, in order: a relative PATH in
+    the current directory first, then under the rootdir.
 
     A cassette named on the command line is relative to where pytest runs; one named in
     the ini file is relative to the project, wherever pytest runs from.
     """
+    given = Path(os.path.expanduser(path))
+    return (given,) if given.is_absolute() else (given, rootdir / given)
+
+
+def _replay_path(model: str, rootdir: Path) -> str:
+    """``replay:PATH`` with PATH where the cassette was found (as given: found nowhere)."""
     prefix = "replay:"
     if not model.startswith(prefix):
         return model
-    path = Path(os.path.expanduser(model[len(prefix):]))
-    if not path.is_absolute() and not path.exists() and (rootdir / path).exists():
-        return prefix + str(rootdir / path)
-    return prefix + str(path)
+    candidates = replay_candidates(model[len(prefix):], rootdir)
+    return prefix + str(next((path for path in candidates if path.exists()), candidates[0]))
 
 
 def _under(rootdir: Path, text: str) -> Path:

@@ -3,7 +3,9 @@
 No LLM service is reachable from the test machines, so the live fixer is tested by
 letting litellm (and the ``openai`` client under it) talk to this server. A test scripts
 what the next requests get (an answer, an HTTP error, a delay, a broken body) and
-afterwards reads the request bodies it received, so it can assert on the prompts.
+afterwards reads the request bodies it received, so it can assert on the prompts, and
+their headers, looked up case-insensitively (HTTP header names have no case; clients
+differ in the spelling they send).
 
 Use the ``fake_llm`` fixture (``tests/conftest.py``), or :class:`FakeLLM` as a context
 manager. The module holds no assertions (PYTEST_DONT_REWRITE).
@@ -19,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -90,7 +93,7 @@ class FakeLLM:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
+        self.headers: list[Message] = []  # case-insensitive: headers[0]["authorization"]
         self.paths: list[str] = []
         self._actions: deque[Action] = deque()
         self._lock = threading.Lock()
@@ -128,7 +131,7 @@ class FakeLLM:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _next(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Action:
+    def _next(self, path: str, headers: Message, body: dict[str, Any]) -> Action:
         with self._lock:
             self.paths.append(path)
             self.headers.append(headers)
@@ -155,7 +158,7 @@ def _handler_for(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw)
             except ValueError:
                 body = {"unparsed": raw.decode("utf-8", "replace")}
-            action = fake._next(self.path, dict(self.headers.items()), body)
+            action = fake._next(self.path, self.headers, body)
             with contextlib.suppress(OSError):  # the client gave up (timeout) and left
                 self._act(action, body)
 

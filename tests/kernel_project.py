@@ -123,6 +123,12 @@ def git_init(root: Path) -> None:
     git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "start")
 
 
+def git_status(root: Path) -> str:
+    """``git status --porcelain``, untracked files listed one by one."""
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+                          check=True, capture_output=True, text=True).stdout
+
+
 def git_apply_check(root: Path, patch: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "apply", "--check", str(patch)], cwd=root,
                           capture_output=True, text=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.config import OPTIONS, resolve_device
+from pytest_kernelfix.config import FLAGS, OPTIONS, resolve_device
 
 SHOW = """
 import json, pathlib
@@ -44,6 +44,17 @@ def test_every_option_is_prefixed_and_has_an_ini_twin(pytester: pytest.Pytester)
         assert f"{option.name} (" in out  # ini twin listed
         if option.kind != "lines":
             assert option.flag in out
+
+
+def test_on_off_options_state_their_default_in_the_words_they_take() -> None:
+    for option in OPTIONS:
+        if option.kind != "bool":
+            continue
+        if option.name in FLAGS:  # a bare flag is off until given: no default to state
+            assert "default" not in option.help, option.name
+        else:
+            word = "on" if option.default else "off"
+            assert option.help.endswith(f"(default: {word})"), option.name
 
 
 def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,7 +145,10 @@ def test_apply_implies_heal(pytester: pytest.Pytester) -> None:
     [
         (("--kernelfix-rounds=many",), "expected a whole number"),
         (("--kernelfix-timeout=0",), "a number of seconds > 0"),
-        (("--kernelfix-rounds=0",), "at least 1"),
+        # 0 and -1 fail the same one check, with the same message.
+        (("--kernelfix-rounds=0",), "expected a whole number >= 1"),
+        (("--kernelfix-rounds=-1",), "expected a whole number >= 1"),
+        (("--kernelfix-llm-retries=-1",), "expected a whole number >= 0"),
         (("--kernelfix-workers=0",), "expected auto or a whole number >= 1"),
         (("--kernelfix-workers=some",), "expected auto or a whole number >= 1"),
         (("--kernelfix-rerun=thread",), "invalid choice"),
@@ -150,6 +164,17 @@ def test_bad_values_are_usage_errors(
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_rounds_below_one_in_the_ini_file_get_the_command_line_message(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nkernelfix_rounds = 0\n")
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest("--kernelfix")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("invalid value '0' for --kernelfix-rounds / ini kernelfix_rounds: "
+            "expected a whole number >= 1") in result.stderr.str()
 
 
 def test_bad_device_choice_is_rejected(pytester: pytest.Pytester) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 from pathlib import Path
 
@@ -62,6 +63,21 @@ def test_an_answer_becomes_modifications_with_tokens(fake_llm: FakeLLM) -> None:
     assert body["model"] == "fake-model"
     assert body["temperature"] == 0
     assert fake_llm.headers[0]["Authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.parametrize("spelling", ["authorization", "Authorization", "AUTHORIZATION"])
+def test_the_fake_server_reads_header_names_in_any_case(fake_llm: FakeLLM, spelling: str) -> None:
+    # HTTP header names have no case, and clients differ in the spelling they send.
+    fake_llm.script(answer("{}"))
+    connection = http.client.HTTPConnection("127.0.0.1", fake_llm.port, timeout=30)
+    try:  # http.client sends a header name as spelled (urllib would capitalise it)
+        connection.request("POST", "/v1/chat/completions", body=b"{}",
+                           headers={spelling: "Bearer abc", "Content-Type": "application/json"})
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+    [headers] = fake_llm.headers
+    assert headers["Authorization"] == headers["authorization"] == "Bearer abc"
 
 
 def test_a_server_error_is_retried(fake_llm: FakeLLM) -> None:

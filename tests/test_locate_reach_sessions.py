@@ -161,14 +161,54 @@ def test_a_bug_in_each_module_heals_in_an_unmarked_suite(
     assert git_apply_check(pytester.path, patch).returncode == 0
 
 
-def test_an_unmarked_suite_is_left_alone_by_default(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple[str, ...]
 ) -> None:
     monkeypatch.setenv("KERNELFIX_TEST_BUG", make_split_project(pytester.path, "kernel"))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix", "-q",
+                                           *xdist)
     result.assert_outcomes(failed=2)
     assert "kernelfix: healing" not in result.stdout.str()
     assert not (pytester.path / ".kernelfix").exists()
+    result.stdout.fnmatch_lines([  # even under -q: the failures were not forgotten
+        "*= kernelfix =*",
+        "2 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
+        "kernel), first tests/test_gated.py::test_gated[[]*[]]",
+        "  to heal them: --kernelfix-select kernel,launched (2 of them launched a Triton "
+        "kernel of the project), a nodeid glob, as in --kernelfix-select "
+        "'kernel,tests/test_gated.py::[*]' or @pytest.mark.kernel on the tests",
+    ])
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_failures_a_glob_leaves_out_are_counted_beside_the_healed_bug(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("KERNELFIX_TEST_BUG", make_split_project(pytester.path, "kernel"))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelfix", "--kernelfix-select=*::test_gated?100?",
+        "--kernelfix-rounds=1", *xdist)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "healed    gated_kernel-*",
+        "1 failing test(s) not selected for healing (matched no glob; kernelfix_select = "
+        "[*]::test_gated?100?), first tests/test_gated.py::test_gated[[]256[]]",
+    ])
+    report = report_of(pytester.path)
+    (bug,) = report["bugs"]
+    assert bug["status"] == "healed" and bug["nodeids"] == ["tests/test_gated.py::test_gated[100]"]
+    assert report["unselected"] == {
+        "count": 1, "reasons": {"matched no glob": 1}, "launched_project_kernel": 1,
+        "nodeids": ["tests/test_gated.py::test_gated[256]"], "select": ["*::test_gated?100?"],
+        "hint": "--kernelfix-select *::test_gated?100?,launched (1 of them launched a Triton "
+                "kernel of the project) or a nodeid glob, as in --kernelfix-select "
+                "'*::test_gated?100?,tests/test_gated.py::*'",
+    }
+    markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
+    assert ("Not selected for healing: 1 failing test(s) not selected for healing (matched no "
+            "glob; `kernelfix_select = *::test_gated?100?`), first "
+            "`tests/test_gated.py::test_gated[256]`.") in markdown
 
 
 CRASHING = '''\

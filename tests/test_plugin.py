@@ -19,10 +19,13 @@ from kernel_project import (
     answer,
     git_apply_check,
     git_init,
+    git_status,
     make_project,
     report_of,
     write_cassette,
 )
+
+from pytest_kernelfix.report.folder import GITIGNORE
 
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
 INI_NO_TRITON = "[pytest]\npythonpath = .\nmarkers =\n    kernel: launches a Triton kernel\n"
@@ -59,6 +62,9 @@ def test_healed_in_one_round(pytester: pytest.Pytester) -> None:
     assert "-    y = x + factor\n+    y = x * factor" in patch.read_text()
     markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
     assert "| `scale_kernel-assertionerror-" in markdown and "```diff" in markdown
+    # the report dir's own .gitignore keeps it out of git status
+    assert (pytester.path / ".kernelfix" / ".gitignore").read_text() == GITIGNORE
+    assert ".kernelfix" not in git_status(pytester.path)
 
 
 def test_healed_in_two_rounds_through_feedback(pytester: pytest.Pytester) -> None:
@@ -147,8 +153,12 @@ def test_non_kernel_failures_and_passing_tests_are_left_alone(pytester: pytest.P
     pytester.makepyfile(test_plain="def test_plain():\n    assert 1 == 2\n")
     result = heal(pytester)
     result.assert_outcomes(failed=1, passed=5)
-    assert "healing" not in result.stdout.str()
+    assert "kernelfix: healing" not in result.stdout.str()
     assert not (pytester.path / ".kernelfix").exists()
+    result.stdout.fnmatch_lines([  # left alone, not forgotten: the summary counts it
+        "1 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
+        "kernel), first test_plain.py::test_plain",
+    ])
 
 
 def test_litellm_over_http_with_a_500_and_a_timeout(pytester: pytest.Pytester, fake_llm) -> None:

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 from factories import make_bug_report
 from hostile.project import BUG, FIX, fix_answer, write_project
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED
@@ -109,6 +109,7 @@ def test_hunks_name_the_original_lines_and_merge_near_changes() -> None:
     st.lists(st.tuples(st.integers(0, 12), st.integers(0, 3),
                        st.lists(st.sampled_from(["n", "b", "  y"]), max_size=3)), max_size=4),
 )
+@example(lines=["a", "a", "a", "a", "b", "", ""], edits=[(3, 3, [])])  # leaves one empty line
 def test_line_based_suggestions_rebuild_the_final_text(
     lines: list[str], edits: list[tuple[int, int, list[str]]]
 ) -> None:

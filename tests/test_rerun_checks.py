@@ -79,7 +79,8 @@ def test_every_check_of_a_test_runs_and_each_failure_is_recorded_by_line(log: Ch
     assert counts[15] == (1, 1)  # assert_close on a line of its own
     assert counts[16] == (2, 1)  # the helper's check is named by the test's call (the
     # helper's assert failed there; the call itself then returned normally)
-    assert counts[18] == (2, 1)  # a loop runs its check twice
+    assert counts[18] == (2, 1)  # a loop runs its check twice...
+    assert log.sites[18].outcomes == "PF"  # ... and each run's outcome is kept in order
     assert 22 not in counts and 24 not in counts  # pytest.raises and try/except keep theirs
 
 

@@ -14,7 +14,12 @@ import pytest
 
 from pytest_kernelfix.capture.errors import crash_dump
 from pytest_kernelfix.capture.launches import KernelLaunch
-from pytest_kernelfix.capture.records import Failure, Selection, crash_failure
+from pytest_kernelfix.capture.records import (
+    Failure,
+    Selection,
+    crash_failure,
+    launched_project_kernel,
+)
 from pytest_kernelfix.config import parse_select
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
@@ -50,6 +55,25 @@ def test_each_rule_selects_its_failures(tmp_path: Path) -> None:
     assert launched.may_select_crash("t.py::a", marked=False)
     assert not marker.may_select_crash("t.py::a", marked=False)
     assert marker.may_select_crash("t.py::a", marked=True)
+
+
+def test_an_unselected_failure_says_which_chosen_rules_it_fails(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    ours = KernelLaunch("k", str(tmp_path / "kernels" / "k.py"), 1)
+
+    def why(select: str, marked: bool = False, launches: tuple[KernelLaunch, ...] = ()) -> str:
+        return Selection.of(parse_select(select)).why_not("t.py::a", marked, launches, project)
+
+    assert why("kernel") == "not marked kernel"
+    assert why("kernel", launches=(ours,)) == "not marked kernel"
+    assert why("launched") == "launched no project kernel"
+    assert why("tests/ops/*") == "matched no glob"
+    assert why("kernel,launched,tests/ops/*") == (
+        "not marked kernel and launched no project kernel and matched no glob")
+    assert why("kernel", marked=True) == why("launched", launches=(ours,)) == why("t.py::*") == ""
+    assert launched_project_kernel((ours,), project)
+    assert not launched_project_kernel(
+        (KernelLaunch("k", "/usr/lib/python3/site-packages/lib/k.py", 1),), project)
 
 
 DUMP = """\

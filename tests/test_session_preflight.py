@@ -18,6 +18,7 @@ from pytest_kernelfix.session.preflight import (
     check,
     check_api_base,
     check_cache_dir,
+    check_cassette_found,
     check_litellm_model,
     check_target,
 )
@@ -95,7 +96,10 @@ def test_cassettes_records_and_prompt_dirs(tmp_path: Path) -> None:
     def fails(**changes: object) -> str:
         return refused(check, settings(tmp_path, **changes), "interpret")
 
-    assert "cannot be read" in fails(model=f"replay:{tmp_path / 'missing.jsonl'}")
+    assert f"searched {tmp_path / 'missing.jsonl'};" in fails(
+        model=f"replay:{tmp_path / 'missing.jsonl'}")
+    (tmp_path / "a-directory.jsonl").mkdir()
+    assert "cannot be read" in fails(model=f"replay:{tmp_path / 'a-directory.jsonl'}")
     (tmp_path / "empty.jsonl").write_text("\n")
     assert "holds no answers" in fails(model=f"replay:{tmp_path / 'empty.jsonl'}")
     (tmp_path / "broken.jsonl").write_text('{"response": "a"}\n{"response": 3}\n')
@@ -105,6 +109,25 @@ def test_cassettes_records_and_prompt_dirs(tmp_path: Path) -> None:
     (tmp_path / "good.jsonl").write_text(json.dumps({"response": "{}"}) + "\n")
     check(settings(tmp_path, model=f"replay:{tmp_path / 'good.jsonl'}"), "interpret")
     check(settings(tmp_path), "cuda")
+
+
+def test_a_missing_cassette_names_every_place_it_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rootdir, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    rootdir.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # pytest runs below or beside the project
+    message = refused(check_cassette_found, "tapes/t.jsonl", rootdir)
+    assert (f"replay cassette tapes/t.jsonl not found: searched {elsewhere}/tapes/t.jsonl "
+            f"and {rootdir}/tapes/t.jsonl; record one with --kernelfix-record") in message
+    monkeypatch.chdir(rootdir)  # the same place twice is named once
+    assert f"searched {rootdir}/tapes/t.jsonl; record" in refused(
+        check_cassette_found, "tapes/t.jsonl", rootdir)
+    (rootdir / "tapes").mkdir()
+    (rootdir / "tapes" / "t.jsonl").write_text("")
+    monkeypatch.chdir(elsewhere)
+    check_cassette_found("tapes/t.jsonl", rootdir)  # found under the rootdir
 
 
 def test_litellm_models_need_a_known_provider_and_its_keys(
@@ -144,7 +167,7 @@ def test_litellm_models_need_a_known_provider_and_its_keys(
     [
         (("--kernelfix-model=openai/gpt-4o",), "needs OPENAI_API_KEY in the environment"),
         (("--kernelfix-model=nosuchprovider/model",), "names no provider litellm knows"),
-        (("--kernelfix-model=replay:missing.jsonl",), "replay cassette missing.jsonl cannot"),
+        (("--kernelfix-model=replay:missing.jsonl",), "replay cassette missing.jsonl not found"),
         (("--kernelfix-target=cuda:xx",), "unknown CUDA target 'cuda:xx'"),
         (("--kernelfix-model=openai/m", "--kernelfix-api-base=localhost:8000"), "not a URL"),
         (("--kernelfix-prompts-dir=nowhere",), "is not a directory"),

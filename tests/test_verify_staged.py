@@ -88,6 +88,25 @@ def test_a_failed_check_that_reads_no_tensor_is_not_held_against_the_candidate()
     assert judge_poisoned(result, [IDS[0]], "nan", {IDS[0]: LINE}).state == SENSITIVE
 
 
+def looped(outcomes: str) -> TestOutcome:
+    """A reach-mode outcome: one check line run in a loop over three outputs."""
+    site = CheckSite(LINE, 9, "full", len(outcomes), outcomes.count("F"), outcomes)
+    return TestOutcome(IDS[0], "passed", "call", launch_count=2,
+                       probe=Probe(2, 2, 9, "full", (site,), reach=True))
+
+
+@pytest.mark.parametrize(("before", "poisoned", "state"), [
+    ("FPP", "PFF", BYPASS),  # dx failed; poisoned, dx passes while dw, db fail: moved
+    ("FPP", "FFF", SENSITIVE),
+    ("PFP", "FFP", SENSITIVE),
+    ("", "PFF", SENSITIVE),  # not known on the original: the line failed, that is enough
+    ("FP", "PFF", SENSITIVE),  # runs that do not line up: the same
+])
+def test_a_check_in_a_loop_is_judged_run_by_run(before: str, poisoned: str, state: str) -> None:
+    judgement = judge_kernel(run(looped(poisoned)), {IDS[0]: LINE}, BACKWARD, {IDS[0]: before})
+    assert judgement.state == state
+
+
 def test_with_only_the_attributed_kernel_poisoned_the_failed_check_must_fail() -> None:
     """A gradient computed with torch from the statistics the forward kernel saved."""
     cheat = judge_kernel(run(poisoned(IDS[0], line_fails=False)), {IDS[0]: LINE}, BACKWARD)

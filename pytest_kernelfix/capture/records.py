@@ -4,8 +4,8 @@ Where tests run (a plain session or an xdist worker) :func:`report_record` turns
 call phase into JSON primitives attached to the report; where reports are collected
 (the plain session or the xdist controller) :func:`read_record` turns it back into
 :class:`Failure` or :class:`PassedTest`, and :class:`Selection` decides which failures
-are healed. A test that crashed an xdist worker becomes a :func:`crash_failure`.
-Nothing here holds a live object.
+are healed (the others are :class:`Unselected`, with the reason). A test that crashed
+an xdist worker becomes a :func:`crash_failure`. Nothing here holds a live object.
 """
 
 from __future__ import annotations
@@ -105,15 +105,39 @@ class Selection:
                 project: Project) -> bool:
         if (self.marker and marked) or self.matches(nodeid):
             return True
-        return self.launched and any(
-            project.contains(launch.file) and not project.in_environment(launch.file)
-            for launch in launches
-        )
+        return self.launched and launched_project_kernel(launches, project)
+
+    def why_not(self, nodeid: str, marked: bool, launches: Iterable[KernelLaunch],
+                project: Project) -> str:
+        """Why a failing test is not healed (every chosen rule it fails); "": it is."""
+        launches = tuple(launches)
+        if self.selects(nodeid, marked, launches, project):
+            return ""
+        rules = (("not marked kernel", self.marker),
+                 ("launched no project kernel", self.launched),
+                 ("matched no glob", bool(self.globs)))
+        return " and ".join(reason for reason, chosen in rules if chosen)
 
     def may_select_crash(self, nodeid: str, marked: bool) -> bool:
         """Before a crashed test is rerun, what it launched is unknown: with ``launched``
         it is kept, and checked again once the rerun has recorded its launches."""
         return self.launched or (self.marker and marked) or self.matches(nodeid)
+
+
+def launched_project_kernel(launches: Iterable[KernelLaunch], project: Project) -> bool:
+    """Whether a test launched a Triton kernel defined in the project (not a library's)."""
+    return any(project.contains(launch.file) and not project.in_environment(launch.file)
+               for launch in launches)
+
+
+@dataclass(frozen=True)
+class Unselected:
+    """A failing test the selection left out: ``why`` (:meth:`Selection.why_not`), and
+    whether it launched a kernel of the project (``launched`` would select it)."""
+
+    nodeid: str
+    why: str
+    launched: bool = False
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:

@@ -127,12 +127,16 @@ def is_free(fixer: object) -> bool:
 class FixerError(Exception):
     """The fixer could not answer at all (API down after retries, cassette used up).
 
-    The message goes into the report as the reason the bug stayed unhealed;
-    ``messages`` is the prompt of a request that was sent and got no answer.
+    The message goes into the report as the reason the bug stayed unhealed. ``source``
+    names the fixer that failed when the one asked passed the question on (the hook to
+    the configured fixer); empty: the one asked. ``messages`` is the prompt of a request
+    that was sent and got no answer.
     """
 
-    def __init__(self, reason: str, *, messages: tuple[Message, ...] = ()) -> None:
-        super().__init__(reason)
+    def __init__(self, message: str, source: str = "", *,
+                 messages: tuple[Message, ...] = ()) -> None:
+        super().__init__(message)
+        self.source = source
         self.messages = messages
 
 

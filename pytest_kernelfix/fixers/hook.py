@@ -39,7 +39,11 @@ def as_proposal(answer: Any, source: str) -> Proposal:
 
 
 class HookFixer:
-    """Ask the hook first; when it returns None, ask the configured fixer."""
+    """Ask the hook first; when it returns None, ask the configured fixer.
+
+    A round is labelled with whoever answered, or failed to: the configured fixer's
+    failures carry its name, so a round the recipes could not answer says ``recipes``.
+    """
 
     name = "hook"
 
@@ -53,7 +57,11 @@ class HookFixer:
     def propose(self, request: ProposalRequest) -> Proposal:
         answer = self.ask(request)
         if answer is None:
-            return self.fallback.propose(request)
+            try:
+                return self.fallback.propose(request)
+            except FixerError as error:
+                error.source = error.source or self.fallback.name
+                raise
         proposal = as_proposal(answer, "hook")
         return replace(proposal, source=proposal.source or "hook",
                        origin=proposal.origin or HOOK_ORIGIN)

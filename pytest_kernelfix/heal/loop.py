@@ -140,7 +140,7 @@ def heal(
         try:
             proposal = first if number == 1 and first is not None else fixer.propose(request)
         except Exception as error:  # a fixer or a hook that fails ends this bug, not the run
-            source = getattr(fixer, "name", "")
+            source = getattr(error, "source", "") or getattr(fixer, "name", "")
             why = str(error) if isinstance(error, FixerError) else (
                 f"the fixer failed: {type(error).__name__}: {error}")
             records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),

@@ -21,6 +21,7 @@ from typing import Any
 
 from pytest_kernelfix import __version__
 from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.capture.records import Unselected
 from pytest_kernelfix.fixers.base import Usage
 from pytest_kernelfix.heal.outcomes import (
     HEALED,
@@ -36,6 +37,11 @@ from pytest_kernelfix.locate.context import CHARS_PER_TOKEN
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.prompts import prompt_file, remove_stale_prompts, write_prompt_files
+from pytest_kernelfix.report.unselected import (
+    unselected_json,
+    unselected_lines,
+    unselected_markdown,
+)
 from pytest_kernelfix.rerun.launcher import RerunStats
 
 SCHEMA_VERSION = 2
@@ -83,6 +89,9 @@ class SessionReport:
     max_cost: float = 0.0
     max_tokens: int = 0
     save_prompts: bool = True
+    #: Failing tests ``select`` (``kernelfix_select``) left out, with the reason.
+    unselected: tuple[Unselected, ...] = ()
+    select: tuple[str, ...] = ("kernel",)
 
     @property
     def usage(self) -> Usage:
@@ -251,6 +260,7 @@ def session_json(report: SessionReport) -> dict[str, Any]:
             "max_tokens": report.max_tokens or None,
         },
         "notes": list(report.notes),
+        "unselected": unselected_json(report.unselected, report.select),
         "reruns": {**reruns_json(report.reruns), "workers": report.workers},
         "bugs": [bug_json(bug, save_prompts=report.save_prompts) for bug in report.bugs],
     }
@@ -306,6 +316,7 @@ def session_markdown(report: SessionReport) -> str:
         + f", {report.seconds:.1f} s. Device: {report.device}; fixer: `{report.model}`.",
         "",
         "Failing tests stay failed in the test run; healing is reported beside them.",
+        *unselected_markdown(report.unselected, report.select),
         "",
         reruns_line(report),
         "",
@@ -444,6 +455,7 @@ def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
             detail = (f"{len(result.rounds)} round(s), {len(bug.group.nodeids)} test(s), "
                       f"{', '.join(result.changed_files)} ({levels})")
         lines.append(f"{result.status:<9} {bug.group.id}: {detail}")
+    lines += unselected_lines(report.unselected, report.select)
     patches = [b for b in report.bugs if b.patch_file and b.result.status == HEALED]
     repo, cwd = repository_root(report.rootdir), Path.cwd()
     if patches:

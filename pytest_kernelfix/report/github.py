@@ -103,19 +103,22 @@ def hunks(original: str, final: str) -> list[Hunk]:
 
 
 def line_based(hunk: Hunk, original: str) -> Hunk:
-    """A hunk that replaces at least one whole line, as GitHub suggestions must.
+    """A hunk that replaces at least one whole line with text a suggestion can carry.
 
-    A pure insertion takes the line before it along (or the first line, at the top).
+    A pure insertion takes the line before it along (or the line after, at the top), as
+    GitHub suggestions must replace whole lines. So does a hunk whose new text is one
+    empty line: its suggestion text would be "", and an empty suggestion deletes.
     """
-    if hunk.end >= hunk.start:
-        return hunk
     old = original.splitlines()
-    if not old:
+    if not old or (hunk.end >= hunk.start and hunk.lines != ("",)):
         return hunk
     if hunk.start > 1:
         before = hunk.start - 1
-        return Hunk(before, before, (old[before - 1], *hunk.lines))
-    return Hunk(1, 1, (*hunk.lines, old[0]))
+        return Hunk(before, hunk.end, (old[before - 1], *hunk.lines))
+    if hunk.end < len(old):
+        after = hunk.end + 1
+        return Hunk(1, after, (*hunk.lines, old[after - 1]))
+    return hunk
 
 
 def first_change(bug: BugReport) -> tuple[str, int] | None:

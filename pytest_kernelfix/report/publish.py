@@ -24,6 +24,7 @@ from pytest_kernelfix.report.artifacts import (
     write_prompts,
     write_reports,
 )
+from pytest_kernelfix.report.folder import make_report_dir
 from pytest_kernelfix.report.github import github_outputs, write_suggestions
 
 
@@ -50,13 +51,14 @@ class Sink(Protocol):
 
 class ReportFiles:
     """Patches, prompt files, report.json, report.md and suggestions.rdjson in the report
-    dir, written under a lock on the report dir (xdist sessions and concurrent runs share it)."""
+    dir (with its .gitignore), written under a lock on the report dir (xdist sessions and
+    concurrent runs share it)."""
 
     name = "the report files"
     required = True
 
     def publish(self, report: SessionReport) -> Published:
-        report.report_dir.mkdir(parents=True, exist_ok=True)
+        make_report_dir(report.report_dir, report.rootdir)
         with FileLock(str(report.report_dir / ".report.lock"), timeout=120):
             write_patches(report)
             write_prompts(report)

@@ -46,7 +46,8 @@ class CheckSite:
     ``reads`` counts the value reads made there (comparisons, conversions to Python or
     NumPy) on non-empty tensors, ``taint`` the most poison they saw (NaN runs: see
     :class:`Probe`); ``runs`` and ``failures`` count the guarded check statements run
-    and failed there (reach mode only).
+    and failed there, ``outcomes`` says how each run ended, in order (``P``/``F``; reach
+    mode only).
     """
 
     line: int
@@ -54,14 +55,15 @@ class CheckSite:
     taint: str = ""
     runs: int = 0
     failures: int = 0
+    outcomes: str = ""
 
     def to_json(self) -> list[Any]:
-        return [self.line, self.reads, self.taint, self.runs, self.failures]
+        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes]
 
     @classmethod
     def from_json(cls, data: Any) -> CheckSite:
-        line, reads, taint, runs, failures = data
-        return cls(int(line), int(reads), str(taint), int(runs), int(failures))
+        line, reads, taint, runs, failures, outcomes = data
+        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes))
 
 
 @dataclass(frozen=True)

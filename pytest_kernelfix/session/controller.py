@@ -2,7 +2,8 @@
 controller, never a worker.
 
 It collects the failed tests that ``kernelfix_select`` chooses (the ``kernel`` marker
-by default) and the passing ones from the reports' records, heals after the run
+by default), the failed ones it leaves out (counted, with the reason, in the summary and
+the reports) and the passing ones from the reports' records, heals after the run
 (:func:`pytest_kernelfix.session.pipeline.run_healing`), publishes the report once to
 every output the session asked for (:func:`pytest_kernelfix.report.publish.publish`), and
 prints the summary. It owns the session's reruns and their warm server (started at the
@@ -27,7 +28,9 @@ from pytest_kernelfix.capture.records import (
     Failure,
     PassedTest,
     Selection,
+    Unselected,
     crash_failure,
+    launched_project_kernel,
     read_record,
 )
 from pytest_kernelfix.config import Settings
@@ -117,6 +120,7 @@ class HealingController:
         self.settings = settings
         self.device = device
         self.failures: list[Failure] = []
+        self.unselected: list[Unselected] = []
         self.passed: list[PassedTest] = []
         self.notes: list[str] = notes if notes is not None else []
         self.report: SessionReport | None = None
@@ -149,11 +153,18 @@ class HealingController:
         captured = read_record(report.nodeid, record, report.longreprtext)
         if isinstance(captured, Failure):
             captured = replace(captured, duration=report.duration)
-            if report.failed and self.selection.selects(
-                    captured.nodeid, captured.marked, captured.launches, self.project):
-                self.failures.append(captured)
-                if len(self.failures) == 1:
-                    self._warm_reruns()
+            if not report.failed:
+                return
+            why = self.selection.why_not(captured.nodeid, captured.marked, captured.launches,
+                                         self.project)
+            if why:
+                self.unselected.append(Unselected(
+                    captured.nodeid, why, launched_project_kernel(captured.launches,
+                                                                  self.project)))
+                return
+            self.failures.append(captured)
+            if len(self.failures) == 1:
+                self._warm_reruns()
         elif report.passed:
             self.passed.append(captured)
 
@@ -186,6 +197,9 @@ class HealingController:
             self.failures.append(crash_failure(crashitem, self.settings.rootdir,
                                                message or f"{crashitem} crashed its worker",
                                                marked=marked))
+        else:  # what it launched is unknown: only the marker and the globs speak
+            self.unselected.append(Unselected(
+                crashitem, self.selection.why_not(crashitem, marked, (), self.project)))
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         """Without xdist a crash ends the session; say how to heal crashes."""
@@ -248,6 +262,7 @@ class HealingController:
             setup=self.setup,
             project=self.project,
             notes=tuple(self.notes),
+            unselected=tuple(self.unselected),
         )
 
     def heal(self) -> SessionReport:
@@ -272,8 +287,9 @@ class HealingController:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_kernelfix.report.artifacts import summary_lines
+        from pytest_kernelfix.report.unselected import unselected_lines
 
-        if not (self.failures or self.error or self.notes):
+        if not (self.failures or self.unselected or self.error or self.notes):
             if self.config.get_verbosity() > 0:
                 terminalreporter.write_sep("-", "kernelfix: no failing kernel tests")
             return
@@ -283,6 +299,8 @@ class HealingController:
             for line in summary_lines(self.report, json_path):
                 terminalreporter.write_line(line)
         else:
+            for line in unselected_lines(self.unselected, self.settings.select):
+                terminalreporter.write_line(line)
             for note in self.notes:
                 terminalreporter.write_line(f"note: {note}")
         if self.error:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_kernelfix.capture.logs import clean_log
-from pytest_kernelfix.capture.records import Failure, PassedTest, Selection
+from pytest_kernelfix.capture.records import Failure, PassedTest, Selection, Unselected
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, is_free
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
@@ -44,6 +44,7 @@ from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
+from pytest_kernelfix.report.folder import make_report_dir
 from pytest_kernelfix.report.writeback import StaleFileError, write_back
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats, run_tests
 from pytest_kernelfix.rerun.plan import DevicePlan
@@ -71,6 +72,7 @@ class SessionInputs:
     setup: RerunSetup
     project: Project
     notes: tuple[str, ...] = field(default_factory=tuple)
+    unselected: tuple[Unselected, ...] = ()
 
     @property
     def device(self) -> str:
@@ -214,6 +216,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     settings = inputs.settings
     project = inputs.project
     reach = Reach(project)
+    make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
     exclude = list(settings.sandbox_exclude)
     for folder in (settings.report_dir, settings.cache_root):
         if folder.is_relative_to(project.root):
@@ -539,4 +542,6 @@ def finish(
         workers=workers,
         max_cost=settings.max_cost,
         max_tokens=settings.max_tokens,
+        unselected=inputs.unselected,
+        select=settings.select,
     )

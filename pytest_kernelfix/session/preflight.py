@@ -5,9 +5,10 @@ A wrong setting used to surface only after the whole suite ran, as every bug end
 controller (never in a worker or a rerun child), and raises :class:`pytest.UsageError`
 with the fix in one line. It checks:
 
-- the fixer: ``recipes``; a ``replay:PATH`` cassette that exists, parses and holds
-  answers (with the replay loader itself); or a litellm model string that names a
-  provider litellm knows, with that provider's credentials in the environment;
+- the fixer: ``recipes``; a ``replay:PATH`` cassette that exists (else the error names
+  the places it was looked for), parses and holds answers (with the replay loader
+  itself); or a litellm model string that names a provider litellm knows, with that
+  provider's credentials in the environment;
 - ``--kernelfix-record`` only with a live model, ``--kernelfix-prompts-dir`` a directory;
 - ``--kernelfix-api-base`` an ``http(s)://host`` URL;
 - ``--kernelfix-target`` a GPU target the compile gate knows (``cuda:xx`` is refused),
@@ -25,6 +26,7 @@ credentials, Azure AD) get a warning, not an error, when litellm sees no key.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +34,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_kernelfix.config import Settings
+from pytest_kernelfix.config import Settings, replay_candidates
 from pytest_kernelfix.target import gate_enabled
 
 #: Providers served from the user's own machine or network: they need no API key.
@@ -113,6 +115,8 @@ def check_fixer(settings: Settings, warn: Warn = _warn) -> None:
     from pytest_kernelfix.fixers.replay import CassetteError, ReplayFixer
 
     model = settings.model.strip()
+    if model.startswith(REPLAY_PREFIX):
+        check_cassette_found(model[len(REPLAY_PREFIX):].strip(), settings.rootdir)
     try:
         fixer = build_fixer(model, api_base=settings.api_base or None,
                             prompts_dir=settings.prompts_dir, record=settings.record)
@@ -127,6 +131,16 @@ def check_fixer(settings: Settings, warn: Warn = _warn) -> None:
     if model == RECIPES or model.startswith(REPLAY_PREFIX):
         return
     check_litellm_model(model, settings.api_base, warn)
+
+
+def check_cassette_found(path: str, rootdir: Path) -> None:
+    """A missing cassette's error names every place it was looked for."""
+    candidates = replay_candidates(path, rootdir)
+    if any(candidate.exists() for candidate in candidates):
+        return
+    searched = " and ".join(dict.fromkeys(os.path.abspath(c) for c in candidates))
+    raise _fail(f"replay cassette {path} not found: searched {searched}; record one with "
+                f"--kernelfix-record, or pick {_OTHER_FIXERS}")
 
 
 def check_litellm_model(model: str, api_base: str, warn: Warn = _warn) -> None:

@@ -76,12 +76,20 @@ def _failed(outcome: TestOutcome) -> bool:
                                           and outcome.probe.check_failed)
 
 
-def check_passed(outcome: TestOutcome | None, line: int) -> bool:
-    """The check at ``line`` ran, read tensor values and passed every time (reach mode)."""
+def check_passed(outcome: TestOutcome | None, line: int, before: str = "") -> bool:
+    """The check at ``line`` that failed on the original code ran, read tensor values and
+    passed (reach mode). ``before`` is how each run of that line ended on the original
+    (``PFF``: a loop over three outputs, the last two wrong): when the runs line up, the
+    very runs that failed there must fail, else every run at the line counts."""
     if outcome is None or outcome.probe is None or not outcome.probe.reach or not line:
         return False
     site = outcome.probe.site(line)
-    return site is not None and site.runs > 0 and site.reads > 0 and site.failures == 0
+    if site is None or site.runs == 0 or site.reads == 0:
+        return False
+    if before and "F" in before and len(before) == len(site.outcomes):
+        runs = zip(before, site.outcomes, strict=True)
+        return any(old == "F" and new == "P" for old, new in runs)
+    return site.failures == 0
 
 
 def _site(nodeid: str, line: int) -> str:
@@ -89,10 +97,13 @@ def _site(nodeid: str, line: int) -> str:
 
 
 def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
-                   sites: Mapping[str, int] | None = None) -> Judgement:
+                   sites: Mapping[str, int] | None = None,
+                   before: Mapping[str, str] | None = None) -> Judgement:
     """The verdict of the ``mode`` poisoned rerun of ``nodeids`` (some of the bug's failing
-    tests); ``sites`` holds the line of the check each of them failed at on the original."""
+    tests); ``sites`` holds the line of the check each of them failed at on the original,
+    ``before`` how each run of that line ended there (see :func:`check_passed`)."""
     sites = sites or {}
+    before = before or {}
     broken_run = result.timed_out or bool(result.crash_reason)
     sensitive: list[str] = []
     insensitive: list[str] = []
@@ -115,7 +126,7 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
         if probe.poisoned:
             if failed and probe.taint == "partial":
                 partial.append(nodeid)
-            elif failed and check_passed(outcome, sites.get(nodeid, 0)):
+            elif failed and check_passed(outcome, sites.get(nodeid, 0), before.get(nodeid, "")):
                 moved.append(nodeid)
             elif failed:
                 sensitive.append(nodeid)
@@ -196,13 +207,15 @@ def depends_on(result: RerunResult, nodeid: str, line: int) -> bool:
     return site is not None and site.taint in ("full", "partial")
 
 
-def judge_kernel(result: RerunResult, sites: Mapping[str, int], kernel: str) -> Judgement:
+def judge_kernel(result: RerunResult, sites: Mapping[str, int], kernel: str,
+                 before: Mapping[str, str] | None = None) -> Judgement:
     """The verdict of a NaN rerun with only ``kernel`` poisoned (``relpath::name``): the
     check each test failed at on the original must fail again."""
     name = kernel.rpartition("::")[2]
+    before = before or {}
     moved = [nodeid for nodeid, line in sites.items()
              if (o := result.outcome(nodeid)) is not None and o.probe is not None
-             and o.probe.poisoned and check_passed(o, line)]
+             and o.probe.poisoned and check_passed(o, line, before.get(nodeid, ""))]
     if not moved:
         return Judgement(SENSITIVE, f"the check that failed depends on {name}")
     where = ", ".join(_site(n, sites[n]) for n in moved[:_SHOWN])

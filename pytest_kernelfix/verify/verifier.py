@@ -74,6 +74,9 @@ _ATTRIBUTION_TRIES = 3
 
 _PLAIN = ProbePlan()
 _FINGERPRINT = ProbePlan(fingerprint=True)
+#: The baseline: fingerprinted, and every check run, so that the original's outcome of
+#: each run of a check is known (:func:`~pytest_kernelfix.verify.sensitivity.check_passed`).
+_BASELINE = ProbePlan(fingerprint=True, reach=True)
 
 Runner = Callable[[RerunSpec], RerunResult]
 Say = Callable[[str], None]
@@ -205,13 +208,14 @@ class Verifier:
         self.workspace.write(originals)
         self.phases = []
         if self.thorough:
-            result = self._run("baseline", self.nodeids + self.regression, probe=_FINGERPRINT)
+            result = as_run(self._run("baseline", self.nodeids + self.regression,
+                                      probe=_BASELINE))
             self.passed_before = {n for n in self.regression if result.passed([n])}
             self.broken_before = set(self.regression) - self.passed_before
         else:
-            result = self._run("baseline", (self.first,), probe=_FINGERPRINT)
+            result = as_run(self._run("baseline", (self.first,), probe=_BASELINE))
             if result.passed([self.first]) and len(self.nodeids) > 1:
-                result = self._run("baseline", self.nodeids, probe=_FINGERPRINT)
+                result = as_run(self._run("baseline", self.nodeids, probe=_BASELINE))
                 self.first = next((n for n in self.nodeids if result.outcome(n) is not None
                                    and not result.passed([n])), self.first)
         self.base = result
@@ -354,10 +358,11 @@ class Verifier:
         notes: list[str] = []
         reps = self.sensitive
         sites = {n: self.sites.get(n, 0) for n in reps}
+        before = {n: self.before(n) for n in reps}
         for mode in POISON_MODES:
             result = self._run(f"sensitivity ({mode})", reps,
                                probe=ProbePlan(poison=mode, reach=True))
-            judgement = judge_poisoned(result, reps, mode, sites)
+            judgement = judge_poisoned(result, reps, mode, sites, before)
             rejected = self._poisoned(judgement, result)
             if rejected is not None:
                 return self._decide(rejected)
@@ -385,6 +390,15 @@ class Verifier:
             return Verdict(False, judgement.summary, judgement.summary,
                            kind=VerdictKind.UNCERTIFIABLE)
         return None
+
+    def before(self, nodeid: str) -> str:
+        """How each run of the check ``nodeid`` failed at ended on the original code
+        (``PFF``), where the baseline ran it; "" where it did not."""
+        outcome = self.base.outcome(nodeid) if self.base is not None else None
+        if outcome is None or outcome.probe is None:
+            return ""
+        site = outcome.probe.site(self.sites.get(nodeid, 0))
+        return site.outcomes if site is not None else ""
 
     def attributed(self, candidate: Mapping[str, str]) -> tuple[str, ...]:
         """The kernel the representative's failed check reads on the original code: of
@@ -425,10 +439,18 @@ class Verifier:
                              "output is not used)")
                 self._decide(Verdict(True, "not launched"))
                 continue
-            judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel)
+            judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel,
+                                     {self.first: self.before(self.first)})
             if judgement.state == BYPASS:
                 return self._decide(Verdict(False, judgement.summary, judgement.feedback,
                                             kind=VerdictKind.INSENSITIVE))
             self._decide(Verdict(True, judgement.summary))
         return None
 
+
+def as_run(result: RerunResult) -> RerunResult:
+    """A rerun whose checks were guarded (reach mode), read as a plain one: a test with a
+    failed check failed, as it would have without the guards."""
+    return replace(result, outcomes=tuple(
+        replace(o, outcome="failed") if o.outcome == "passed" and o.probe is not None
+        and o.probe.check_failed else o for o in result.outcomes))

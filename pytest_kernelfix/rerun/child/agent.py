@@ -194,7 +194,8 @@ class RerunAgent:
             reads, taint = read.get(line, (0, ""))
             count = ran.get(line)
             sites.append(CheckSite(line, reads, taint, count.runs if count else 0,
-                                   count.failures if count else 0))
+                                   count.failures if count else 0,
+                                   count.outcomes if count else ""))
         reached = self.reach is not None and os.path.abspath(test_file) in self.reach.transformed
         return Probe(self.poisoner.launches, self.poisoner.poisoned,
                      observer.checks if observer is not None else 0,

@@ -187,12 +187,19 @@ def failing_site(frames: Sequence[tuple[str, int]], test_file: str) -> int:
 # -- the record ----------------------------------------------------------------------------
 
 
+#: Executions of one site whose outcome is kept in order (a loop of checks).
+MAX_OUTCOMES = 64
+
+
 @dataclass
 class SiteCount:
-    """What one check site did in one test: guarded statements run and failed there."""
+    """What one check site did in one test: guarded statements run and failed there, and
+    the outcome of each execution in order (``P`` passed, ``F`` failed), so that one check
+    of a loop over outputs can be told from the others."""
 
     runs: int = 0
     failures: int = 0
+    outcomes: str = ""
 
 
 class CheckLog:
@@ -211,6 +218,8 @@ class CheckLog:
         count = self.sites.setdefault(line, SiteCount())
         count.runs += 1
         count.failures += not passed
+        if len(count.outcomes) < MAX_OUTCOMES:
+            count.outcomes += "P" if passed else "F"
 
 
 # -- installing reach mode -----------------------------------------------------------------
