@@ -346,6 +346,21 @@ def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(
     assert seen["a"] == seen["c"]  # one chain, one worker
 
 
+def test_reruns_get_the_sessions_jobs_and_say_how_far_they_are(root: Path) -> None:
+    runner = FakeRunner()
+
+    def talking(spec: RerunSpec) -> RerunResult:
+        if spec.progress is not None:  # as run_tests does while a long rerun runs
+            spec.progress(1, len(spec.nodeids), 12.4)
+        return runner(spec)
+
+    lines: list[str] = []
+    heal_session(inputs(root, rerun_jobs=3),
+                 Stages(fixer=Answers(fix()), runner=talking, progress=lines.append))
+    assert {spec.setup.jobs for spec in runner.specs} == {3}
+    assert "  rerun: 1 of 3 test(s) finished after 12 s" in lines  # the baseline
+
+
 def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run() -> None:
     from pytest_kernelfix.verify.judge import Expectations, judge
 

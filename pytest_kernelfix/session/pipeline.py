@@ -40,7 +40,14 @@ from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.session.crashes import reproduce_crashes
-from pytest_kernelfix.session.schedule import chains, visible_gpus, worker_count, worker_env
+from pytest_kernelfix.session.schedule import (
+    chains,
+    cpu_count,
+    rerun_jobs,
+    visible_gpus,
+    worker_count,
+    worker_env,
+)
 from pytest_kernelfix.verify.verifier import Runner, Verifier
 
 Progress = Callable[[str], None]
@@ -122,13 +129,18 @@ def _skipped(group: BugGroup, reason: str) -> HealResult:
 
 
 class _Counted:
-    """A runner that keeps what one bug's reruns cost and how they ran."""
+    """A runner that keeps what one bug's reruns cost and how they ran, and says how
+    far a long rerun is."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, progress: Progress = lambda line: None) -> None:
         self.runner = runner
+        self.progress = progress
         self.stats = RerunStats()
 
     def __call__(self, spec: RerunSpec) -> RerunResult:
+        if spec.progress is None:
+            spec = replace(spec, progress=lambda done, total, seconds: self.progress(
+                f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
         result = self.runner(spec)
         self.stats = self.stats.add(result)
         return result
@@ -179,11 +191,11 @@ class _Session:
                 result = _skipped(group, NO_EDITABLE_SOURCE)
             else:
                 sandbox = sandbox or Sandbox.create(inputs.project.root, exclude=self.exclude)
-                counted = _Counted(stages.runner)
 
                 def progress(line: str, group: BugGroup = group) -> None:
                     self.say(group, line.strip())
 
+                counted = _Counted(stages.runner, progress)
                 result = heal_bug(group, inputs, sandbox,
                                   replace(stages, runner=counted, progress=progress), self.reach)
                 self.reruns[index] = counted.stats
@@ -212,6 +224,8 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     lanes = chains(healable)
     gpus = visible_gpus() if inputs.device == "cuda" else ()
     workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
+    jobs = rerun_jobs(settings.rerun_jobs, workers, inputs.device, cpu_count())
+    inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
     session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
     for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
         session.results[index] = _skipped(
