@@ -188,7 +188,7 @@ def test_finished_tests_are_counted_as_the_results_file_grows(tmp_path: Path) ->
 
 # -- real split reruns --------------------------------------------------------------------
 
-#: Two modules of four tests: jobs=2 runs each module in its own child. Every test writes
+#: Two modules of six tests: jobs=2 runs each module in its own child. Every test writes
 #: its name and process id; ``KFX_WAIT`` (``b1:a2,...``) makes a test wait until another
 #: has started, ``KFX_CRASH`` / ``KFX_HANG`` / ``KFX_FAIL`` name a test that aborts /
 #: sleeps for 300 s / fails.
@@ -220,9 +220,11 @@ SPLIT_TESTS = """
     def test_2(): _ran(NAME + "2")
     def test_3(): _ran(NAME + "3")
     def test_4(): _ran(NAME + "4")
+    def test_5(): _ran(NAME + "5")
+    def test_6(): _ran(NAME + "6")
 """
 
-NODEIDS = tuple(f"test_{module}.py::test_{index}" for module in "ab" for index in range(1, 5))
+NODEIDS = tuple(f"test_{module}.py::test_{index}" for module in "ab" for index in range(1, 7))
 
 
 def split_rerun(sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns, pids: Path, mode: str,
@@ -253,15 +255,15 @@ def test_two_children_run_at_the_same_time_and_a_crash_in_one_keeps_the_others_o
     assert result.mode == mode
     by_test = ran(pids)
     assert len({by_test["a1"], by_test["b1"]}) == 2  # two children, which met: concurrent
-    assert {by_test[f"a{index}"] for index in range(1, 5)} == {by_test["a1"]}
-    assert [o.nodeid for o in result.outcomes] == list(NODEIDS[:4] + NODEIDS[4:6])
-    assert result.passed(NODEIDS[:6])
+    assert {by_test[f"a{index}"] for index in range(1, 7)} == {by_test["a1"]}
+    assert [o.nodeid for o in result.outcomes] == list(NODEIDS[:6] + NODEIDS[6:8])
+    assert result.passed(NODEIDS[:8])
     assert result.signal == "SIGABRT" and not result.timed_out
     assert result.running == "test_b.py::test_3"
     assert "test_b.py::test_3" in result.crash_reason
-    assert result.missing(NODEIDS) == NODEIDS[6:]
-    assert "rerun child 1 of 2: 4 test(s) from test_a.py::test_1; exit status 0" in result.output
-    assert "rerun child 2 of 2: 4 test(s) from test_b.py::test_1; died with SIGABRT" in (
+    assert result.missing(NODEIDS) == NODEIDS[8:]
+    assert "rerun child 1 of 2: 6 test(s) from test_a.py::test_1; exit status 0" in result.output
+    assert "rerun child 2 of 2: 6 test(s) from test_b.py::test_1; died with SIGABRT" in (
         result.output)
     assert "Fatal Python error: Aborted" in result.output
 
@@ -275,8 +277,8 @@ def test_a_child_that_hangs_times_out_alone(
     assert time.monotonic() - started < 60  # each child's own timeout, at the same time
     assert result.timed_out and result.crash_reason == "" and result.signal == ""
     assert result.running == "test_a.py::test_2"
-    assert result.passed((NODEIDS[0], *NODEIDS[4:]))  # the other child finished its tests
-    assert result.missing(NODEIDS) == NODEIDS[1:4]
+    assert result.passed((NODEIDS[0], *NODEIDS[6:]))  # the other child finished its tests
+    assert result.missing(NODEIDS) == NODEIDS[1:6]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -295,7 +297,7 @@ def test_a_failing_test_stops_the_other_child_of_an_early_stopping_rerun(
     assert result.passed(NODEIDS[:1])  # what the stopped child finished is kept
     outcome = result.outcome("test_b.py::test_1")
     assert outcome is not None and outcome.outcome == "failed"
-    assert result.missing(NODEIDS) == (*NODEIDS[1:4], *NODEIDS[5:])  # --exitfirst in b
+    assert result.missing(NODEIDS) == (*NODEIDS[1:6], *NODEIDS[7:])  # --exitfirst in b
     assert "stopped: another child's test failed first" in result.output
     hung = ran(pids)["a2"]
     deadline = time.monotonic() + 5
@@ -313,11 +315,11 @@ def test_progress_is_told_while_a_long_rerun_runs_and_never_for_a_short_one(
         import time
         import pytest
 
-        @pytest.mark.parametrize("n", range(8))
+        @pytest.mark.parametrize("n", range(12))
         def test_slow(n):
-            time.sleep(0.4)
+            time.sleep(0.25)
     """})
-    nodeids = [f"test_slow.py::test_slow[{n}]" for n in range(8)]
+    nodeids = [f"test_slow.py::test_slow[{n}]" for n in range(12)]
     heard: list[tuple[int, int, float]] = []
     spec = replace(spec_for(sandbox, *nodeids, jobs=2),
                    progress=lambda *args: heard.append(args))
@@ -326,8 +328,8 @@ def test_progress_is_told_while_a_long_rerun_runs_and_never_for_a_short_one(
         result = reruns(spec)  # with the server's start when it is the first
     assert result.passed(nodeids) and len(heard) >= 2
     finished = [count for count, _, _ in heard]
-    assert finished == sorted(finished) and 0 < finished[-1] <= 8
-    assert {total for _, total, _ in heard} == {8}
+    assert finished == sorted(finished) and 0 < finished[-1] <= 12
+    assert {total for _, total, _ in heard} == {12}
     seconds = [elapsed for _, _, elapsed in heard]
     assert all(later - earlier >= 0.45 for earlier, later in itertools.pairwise(seconds))
     assert seconds[-1] <= result.seconds

@@ -5,7 +5,7 @@ tests mostly stay in one child, which imports only its own modules), one child p
 run at the same time (:func:`pytest_kernelfix.rerun.launcher.run_tests`). Every child
 pays for its own start: pytest's configuration, the agent, the collection and imports of
 its test modules, the compile gate and its exit. For a forked child on the interpreter
-that is 0.7 to 1.3 s of a core, what four small kernel tests take
+that is 0.7 to 1.7 s of a core, what six small kernel tests take
 (``benchmarks/rerun_jobs_bench.py``, docs/fast-loop.md), so a slice gets at least
 :data:`MIN_TESTS_PER_CHILD` tests, and fewer tests run in one child.
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from pytest_kernelfix.rerun.report import ChildReport, RerunResult
 
 #: The fewest tests worth a child of their own: its tests must take about as long as its
-#: start, or a second child costs the machine more than it saves the rerun (measured on
-#: 2 busy cores: 2 tests per child 6 % slower than one child, 4 break even to 5 % faster,
-#: 8 are 18 to 31 % faster).
-MIN_TESTS_PER_CHILD = 4
+#: start, or a second child costs the machine more than it saves the rerun. Measured with
+#: two children on 2 busy cores against one child: 2 or 3 tests each 4 to 22 % slower,
+#: 4 each from 5 % faster to 7 % slower, 6 each 10 % faster, 8 each 12 to 31 % faster.
+MIN_TESTS_PER_CHILD = 6
 
 
 def split_nodeids(nodeids: Sequence[str], jobs: int,
