@@ -106,7 +106,7 @@ def main() -> None:
     if args.per_child:
         from pytest_kernelfix.rerun import split
 
-        split.MIN_TESTS_PER_CHILD = args.per_child
+        split.MIN_TESTS_PER_CHILD = split.MIN_TESTS_PER_FRESH_CHILD = args.per_child
     sizes = [int(size) for size in args.tests.split(",")]
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {load()}")

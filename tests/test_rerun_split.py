@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rerun_helpers import MODES, alive, make_sandbox, spec_for
 
-from pytest_kernelfix.rerun import launcher
+from pytest_kernelfix.rerun import launcher, split
 from pytest_kernelfix.rerun.launcher import Reruns
 from pytest_kernelfix.rerun.report import (
     ChildReport,
@@ -29,6 +29,7 @@ from pytest_kernelfix.rerun.split import (
     fair_shares,
     labelled_tails,
     merge_parts,
+    min_tests_per_child,
     split_nodeids,
     stops_early,
 )
@@ -63,10 +64,12 @@ def test_the_split_gives_each_child_enough_consecutive_tests(
     assert sum(parts, ()) == ids(count)
 
 
-def test_the_default_split_does_not_split_a_few_tests() -> None:
-    assert MIN_TESTS_PER_CHILD >= 3
-    assert len(split_nodeids(ids(2), 8)) == 1
-    assert len(split_nodeids(ids(MIN_TESTS_PER_CHILD * 2), 2)) == 2
+def test_a_fresh_interpreter_needs_many_more_tests_than_a_forked_child() -> None:
+    forked, fresh = min_tests_per_child(fresh=False), min_tests_per_child(fresh=True)
+    assert forked == MIN_TESTS_PER_CHILD and 3 <= forked < fresh
+    assert len(split_nodeids(ids(2), 8, forked)) == 1  # 1-2 tests are never split
+    assert len(split_nodeids(ids(2 * forked), 2, forked)) == 2
+    assert len(split_nodeids(ids(2 * forked), 2, fresh)) == 1
 
 
 @given(st.lists(st.sampled_from(ids(30)), max_size=60), st.integers(1, 9),
@@ -239,6 +242,13 @@ def split_rerun(sandboxed: tuple[Path, list[Sandbox]], reruns: Reruns, pids: Pat
     return reruns(replace(spec, stop_early=stop_early))
 
 
+@pytest.fixture
+def fresh_split_like_forked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh children split as forked ones do (else a subprocess-mode split takes 160
+    tests): these tests are about what a split rerun reports, in both modes."""
+    monkeypatch.setattr(split, "MIN_TESTS_PER_FRESH_CHILD", MIN_TESTS_PER_CHILD)
+
+
 def ran(pids_file: Path) -> dict[str, int]:
     """Which process ran each test."""
     return {name: int(pid) for name, pid in
@@ -248,6 +258,7 @@ def ran(pids_file: Path) -> dict[str, int]:
 @pytest.mark.parametrize("mode", MODES)
 def test_two_children_run_at_the_same_time_and_a_crash_in_one_keeps_the_others_outcomes(
     sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, mode: str, reruns: Reruns,
+    fresh_split_like_forked: None,
 ) -> None:
     pids = tmp_path / "pids"
     result = split_rerun(sandboxed, reruns, pids, mode, crash="b3", wait="a1:b1,b1:a1")
@@ -271,6 +282,7 @@ def test_two_children_run_at_the_same_time_and_a_crash_in_one_keeps_the_others_o
 @pytest.mark.parametrize("mode", MODES)
 def test_a_child_that_hangs_times_out_alone(
     sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, mode: str, reruns: Reruns,
+    fresh_split_like_forked: None,
 ) -> None:
     started = time.monotonic()
     result = split_rerun(sandboxed, reruns, tmp_path / "pids", mode, timeout=20.0, hang="a2")
@@ -285,6 +297,7 @@ def test_a_child_that_hangs_times_out_alone(
 @pytest.mark.parametrize("mode", MODES)
 def test_a_failing_test_stops_the_other_child_of_an_early_stopping_rerun(
     sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, mode: str, reruns: Reruns,
+    fresh_split_like_forked: None,
 ) -> None:
     pids = tmp_path / "pids"
     started = time.monotonic()
@@ -338,3 +351,12 @@ def test_progress_is_told_while_a_long_rerun_runs_and_never_for_a_short_one(
     result = reruns(spec)
     assert result.passed(nodeids)
     assert heard == [] or result.seconds > launcher.PROGRESS_EVERY  # none for a short one
+
+
+def test_a_fresh_interpreter_runs_a_dozen_tests_alone(
+    sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, reruns: Reruns,
+) -> None:
+    result = split_rerun(sandboxed, reruns, tmp_path / "pids", "subprocess")
+    assert result.passed(NODEIDS) and result.mode == "subprocess"
+    assert len(set(ran(tmp_path / "pids").values())) == 1
+    assert "rerun child" not in result.output

@@ -48,7 +48,13 @@ from pytest_kernelfix.rerun.server import (
     unavailable_reason,
 )
 from pytest_kernelfix.rerun.server.wire import exited, kill_group
-from pytest_kernelfix.rerun.split import Part, merge_parts, split_nodeids, stops_early
+from pytest_kernelfix.rerun.split import (
+    Part,
+    merge_parts,
+    min_tests_per_child,
+    split_nodeids,
+    stops_early,
+)
 
 #: How much of the child's merged stdout/stderr a result keeps (of all its children's).
 OUTPUT_TAIL = 8 * 1024
@@ -180,7 +186,8 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable,
     """Run ``spec.nodeids`` in the sandbox; never raises for what happens in a child.
 
     The tests are split across up to ``spec.setup.jobs`` children that run at the same
-    time (:func:`~pytest_kernelfix.rerun.split.split_nodeids`), each forked from
+    time where they are enough to pay for each child's start
+    (:func:`~pytest_kernelfix.rerun.split.split_nodeids`), each forked from
     ``pool``'s warm server where the setup allows it (without a pool, or where forking
     is refused, a fresh subprocess), each under its own timeout; their results come back
     as one, in test order (:func:`~pytest_kernelfix.rerun.split.merge_parts`). With
@@ -188,9 +195,11 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable,
     """
     done: queue.SimpleQueue[_Child] = queue.SimpleQueue()
     children: list[_Child] = []
+    fresh = pool is None or bool(unavailable_reason(spec.setup.mode))
     started = time.monotonic()
     try:
-        for nodeids in split_nodeids(spec.nodeids, spec.setup.jobs):
+        for nodeids in split_nodeids(spec.nodeids, spec.setup.jobs,
+                                     min_tests_per_child(fresh=fresh)):
             children.append(_Child(replace(spec, nodeids=nodeids, progress=None), done))
         for child in children:
             child.start(python, pool)

@@ -4,10 +4,11 @@ A rerun of many tests is split into consecutive slices of its nodeids (a test mo
 tests mostly stay in one child, which imports only its own modules), one child per slice,
 run at the same time (:func:`pytest_kernelfix.rerun.launcher.run_tests`). Every child
 pays for its own start: pytest's configuration, the agent, the collection and imports of
-its test modules, the compile gate and its exit. For a forked child on the interpreter
-that is 0.7 to 1.7 s of a core, what six small kernel tests take
-(``benchmarks/rerun_jobs_bench.py``, docs/fast-loop.md), so a slice gets at least
-:data:`MIN_TESTS_PER_CHILD` tests, and fewer tests run in one child.
+its test modules, the compile gate and its exit. For a child forked from the warm server
+on the interpreter that is 0.7 to 1.7 s of a core, what six small kernel tests take; a
+fresh interpreter first imports torch and triton, 15 to 20 times as long
+(``benchmarks/rerun_jobs_bench.py``, docs/fast-loop.md). So a slice gets at least
+:func:`min_tests_per_child` tests, and fewer tests run in one child.
 
 :func:`merge_parts` gives the children's results back as the one result the judge reads,
 as one child running every test in order would have reported it.
@@ -24,21 +25,30 @@ from dataclasses import dataclass, replace
 
 from pytest_kernelfix.rerun.report import ChildReport, RerunResult
 
-#: The fewest tests worth a child of their own: its tests must take about as long as its
-#: start, or a second child costs the machine more than it saves the rerun. Measured with
-#: two children on 2 busy cores against one child: 2 or 3 tests each 4 to 22 % slower,
-#: 4 each from 5 % faster to 7 % slower, 6 each 10 % faster, 8 each 12 to 31 % faster.
+#: The fewest tests worth a forked child of their own: its tests must take about as long
+#: as its start, or a second child costs the machine more than it saves the rerun.
+#: Measured with two children on 2 busy cores against one child: 2 or 3 tests each 4 to
+#: 22 % slower, 4 each from 5 % faster to 7 % slower, 6 each 10 % faster, 8 each 12 to
+#: 31 % faster.
 MIN_TESTS_PER_CHILD = 6
+#: The same for a fresh interpreter (``--kernelfix-rerun subprocess``, or no warm
+#: server): its start took 16 to 21 s against 0.2 s per small test, and 16 tests split
+#: across two fresh children were 24 % slower than in one.
+MIN_TESTS_PER_FRESH_CHILD = 80
+
+
+def min_tests_per_child(*, fresh: bool) -> int:
+    """The fewest tests a child of a split rerun gets: forked, or a ``fresh`` interpreter."""
+    return MIN_TESTS_PER_FRESH_CHILD if fresh else MIN_TESTS_PER_CHILD
 
 
 def split_nodeids(nodeids: Sequence[str], jobs: int,
-                  per_child: int | None = None) -> tuple[tuple[str, ...], ...]:
+                  per_child: int) -> tuple[tuple[str, ...], ...]:
     """Consecutive slices of ``nodeids`` (each once, in order): at most ``jobs``, each of
-    at least ``per_child`` tests (:data:`MIN_TESTS_PER_CHILD` unless given), sizes
-    differing by one at most; one slice (all of them) when the tests are too few."""
+    at least ``per_child`` tests, sizes differing by one at most; one slice (all of
+    them) when the tests are too few."""
     unique = tuple(dict.fromkeys(nodeids))
-    least = MIN_TESTS_PER_CHILD if per_child is None else max(1, per_child)
-    count = max(1, min(jobs, len(unique) // least))
+    count = max(1, min(jobs, len(unique) // max(1, per_child)))
     size, extra = divmod(len(unique), count)
     bounds = [index * size + min(index, extra) for index in range(count + 1)]
     return tuple(unique[start:end] for start, end in itertools.pairwise(bounds))
