@@ -253,17 +253,18 @@ def _follow(spec: RerunSpec, children: Sequence[_Child], done: queue.SimpleQueue
             started: float) -> None:
     """Wait for every child; tell ``spec.progress`` how far they are, stop the others
     when one fails a ``stop_early`` rerun, raise what a child's thread raised."""
+    progress = spec.progress
     total = sum(len(child.spec.nodeids) for child in children)
     waiting = len(children)
     tick = started + PROGRESS_EVERY
     while waiting:
-        timeout = None if spec.progress is None else max(0.0, tick - time.monotonic())
+        timeout = None if progress is None else max(0.0, tick - time.monotonic())
         try:
             child = done.get(timeout=timeout)
-        except queue.Empty:
-            finished = sum(other.finished.count() for other in children)
-            if spec.progress is not None:
-                spec.progress(min(finished, total), total, time.monotonic() - started)
+        except queue.Empty:  # only with a progress callback: time to call it
+            if progress is not None:
+                finished = sum(other.finished.count() for other in children)
+                progress(min(finished, total), total, time.monotonic() - started)
             tick = time.monotonic() + PROGRESS_EVERY
             continue
         waiting -= 1
