@@ -103,6 +103,10 @@ OPTIONS: tuple[Option, ...] = (
            "a few diverse failing tests) or thorough (every failing test at every step) "
            "(default: staged)", "staged", "choice", choices=VERIFY_MODES,
            env="KERNELFIX_VERIFY"),
+    Option("kernelfix_rerun_jobs", "Children one sandbox rerun of many tests may split them "
+           "across, run at the same time: auto (the cores left to each heal worker on the "
+           "interpreter, at most 2 on a GPU) or N (default: auto)", 0, "workers",
+           env="KERNELFIX_RERUN_JOBS", metavar="N"),
     Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
            "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
            env="KERNELFIX_CACHE_DIR", metavar="DIR"),
@@ -268,6 +272,7 @@ class Settings:
     select: tuple[str, ...] = ("kernel",)
     workers: int = 0  # 0: auto (see pytest_kernelfix.session.schedule.worker_count)
     rerun: str = "auto"
+    rerun_jobs: int = 0  # 0: auto (see pytest_kernelfix.session.schedule.rerun_jobs)
     cache_dir: Path | None = None
     no_cache: bool = False
     max_cost: float = 0.0
@@ -316,6 +321,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         select=parse_select(value("kernelfix_select")),
         workers=value("kernelfix_workers"),
         rerun=value("kernelfix_rerun"),
+        rerun_jobs=value("kernelfix_rerun_jobs"),
         cache_dir=path_or_none("kernelfix_cache_dir"),
         no_cache=bool(value("kernelfix_no_cache")),
         max_cost=value("kernelfix_max_cost"),

@@ -39,3 +39,12 @@ def make_sandbox(root: Path, sandboxes: list[Sandbox], files: dict[str, str]) ->
     sandbox = Sandbox.create(root)
     sandboxes.append(sandbox)
     return sandbox
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")

@@ -20,7 +20,7 @@ def pytest_configure(config):
         "heal": s.heal, "apply": s.apply, "rounds": s.rounds, "model": s.model,
         "timeout": s.timeout, "device": s.device, "report_dir": str(s.report_dir),
         "cuda_shim": s.cuda_shim, "paths": list(s.paths), "target": s.target,
-        "workers": s.workers, "rerun": s.rerun,
+        "workers": s.workers, "rerun": s.rerun, "rerun_jobs": s.rerun_jobs,
         "cache_root": str(s.cache_root), "no_cache": s.no_cache, "max_cost": s.max_cost,
         "max_tokens": s.max_tokens, "save_prompts": s.save_prompts,
     }))
@@ -58,7 +58,8 @@ def test_on_off_options_state_their_default_in_the_words_they_take() -> None:
 
 
 def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("KERNELFIX_MODEL", "KERNELFIX_RERUN", "KERNELFIX_WORKERS"):
+    for name in ("KERNELFIX_MODEL", "KERNELFIX_RERUN", "KERNELFIX_WORKERS",
+                 "KERNELFIX_RERUN_JOBS"):
         monkeypatch.delenv(name, raising=False)
     settings = settings_of(pytester)
     assert settings["heal"] is False
@@ -70,6 +71,7 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
     assert settings["report_dir"] == str(pytester.path / ".kernelfix")
     assert settings["workers"] == 0  # auto: one per GPU, half the cores on the interpreter
     assert settings["rerun"] == "auto"
+    assert settings["rerun_jobs"] == 0  # auto: the cores left to each heal worker
     assert settings["cache_root"] == str(pytester.path / ".kernelfix" / "cache")
     assert (settings["no_cache"], settings["max_cost"], settings["max_tokens"]) == (False, 0, 0)
     assert settings["save_prompts"] is True
@@ -89,7 +91,8 @@ def test_cache_and_budget_options(pytester: pytest.Pytester, monkeypatch: pytest
 def test_ini_values_are_read_and_cli_wins(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("KERNELFIX_MODEL", "KERNELFIX_RERUN", "KERNELFIX_WORKERS"):
+    for name in ("KERNELFIX_MODEL", "KERNELFIX_RERUN", "KERNELFIX_WORKERS",
+                 "KERNELFIX_RERUN_JOBS"):
         monkeypatch.delenv(name, raising=False)
     pytester.makeini(
         """
@@ -101,6 +104,7 @@ def test_ini_values_are_read_and_cli_wins(
         kernelfix_workers = 3
         kernelfix_rerun = subprocess
         kernelfix_save_prompts = off
+        kernelfix_rerun_jobs = 4
         kernelfix_paths =
             kernels/*.py
             ops/*.py
@@ -109,6 +113,7 @@ def test_ini_values_are_read_and_cli_wins(
     settings = settings_of(pytester)
     assert settings["rounds"] == 5
     assert settings["workers"] == 3 and settings["rerun"] == "subprocess"
+    assert settings["rerun_jobs"] == 4
     assert settings["model"] == "replay:tape.jsonl"
     assert settings["timeout"] == 12.5
     assert settings["cuda_shim"] is False
@@ -116,10 +121,11 @@ def test_ini_values_are_read_and_cli_wins(
     assert settings["save_prompts"] is False
     settings = settings_of(pytester, "--kernelfix-rounds=2", "--kernelfix-cuda-shim=on",
                            "--kernelfix-workers=auto", "--kernelfix-rerun=fork",
-                           "--kernelfix-save-prompts=on")
+                           "--kernelfix-save-prompts=on", "--kernelfix-rerun-jobs=auto")
     assert settings["rounds"] == 2 and settings["save_prompts"] is True
     assert settings["cuda_shim"] is True
     assert settings["workers"] == 0 and settings["rerun"] == "fork"
+    assert settings["rerun_jobs"] == 0
 
 
 def test_environment_model_sits_between_cli_and_ini(
@@ -129,9 +135,11 @@ def test_environment_model_sits_between_cli_and_ini(
     monkeypatch.setenv("KERNELFIX_MODEL", "openai/from-env")
     monkeypatch.setenv("KERNELFIX_RERUN", "subprocess")  # how the test suites pick a mode
     monkeypatch.setenv("KERNELFIX_WORKERS", "2")
+    monkeypatch.setenv("KERNELFIX_RERUN_JOBS", "3")
     settings = settings_of(pytester)
     assert settings["model"] == "openai/from-env"
     assert settings["rerun"] == "subprocess" and settings["workers"] == 2
+    assert settings["rerun_jobs"] == 3
     assert settings_of(pytester, "--kernelfix-model=ollama/cli")["model"] == "ollama/cli"
 
 
@@ -151,6 +159,7 @@ def test_apply_implies_heal(pytester: pytest.Pytester) -> None:
         (("--kernelfix-llm-retries=-1",), "expected a whole number >= 0"),
         (("--kernelfix-workers=0",), "expected auto or a whole number >= 1"),
         (("--kernelfix-workers=some",), "expected auto or a whole number >= 1"),
+        (("--kernelfix-rerun-jobs=0",), "expected auto or a whole number >= 1"),
         (("--kernelfix-rerun=thread",), "invalid choice"),
         (("--kernelfix-max-cost=-1",), "an amount of US dollars >= 0 (0: no cap)"),
         (("--kernelfix-max-cost=nan",), "an amount of US dollars >= 0"),

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rerun_helpers import MODES, make_sandbox, spec_for, write_files
+from rerun_helpers import MODES, alive, make_sandbox, spec_for, write_files
 
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.launcher import (
@@ -271,14 +271,6 @@ def test_collection_errors_are_reported(
     assert missing.collection_errors[0].startswith("not found: test_ok.py::test_gone")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
 SPAWNS = """
     import os, subprocess, sys, time
 
@@ -315,9 +307,9 @@ def test_no_process_of_the_rerun_outlives_it(
     pids = [int(pid) for pid in pids_file.read_text().split()]
     assert len(pids) == 2
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize("mode", MODES)

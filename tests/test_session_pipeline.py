@@ -444,6 +444,21 @@ def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(
     assert seen["a"] == seen["c"]  # one chain, one worker
 
 
+def test_reruns_get_the_sessions_jobs_and_say_how_far_they_are(root: Path) -> None:
+    runner = FakeRunner()
+
+    def talking(spec: RerunSpec) -> RerunResult:
+        if spec.progress is not None:  # as run_tests does while a long rerun runs
+            spec.progress(1, len(spec.nodeids), 12.4)
+        return runner(spec)
+
+    lines: list[str] = []
+    heal_session(inputs(root, rerun_jobs=3),
+                 Stages(fixer=Answers(fix()), runner=talking, progress=lines.append))
+    assert {spec.setup.jobs for spec in runner.specs} == {3}
+    assert "  rerun: 1 of 1 test(s) finished after 12 s" in lines  # the baseline
+
+
 def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run() -> None:
     from pytest_kernelfix.verify.judge import Expectations, judge
 
@@ -455,6 +470,8 @@ def test_a_stopped_rerun_names_the_failing_tests_it_did_not_run() -> None:
     assert verdict.summary == ("1 of 3 failing tests still fail (1 not run: the rerun stops at "
                                "the first that still fails)")
     assert "t.py::b: failed" in verdict.feedback and "t.py::c" not in verdict.feedback
+
+
 def test_the_token_cap_stops_the_session_between_rounds(root: Path) -> None:
     """``max_tokens`` from the settings reaches the session's fixer: the answer that
     crossed the cap was verified, the next round was not bought."""
@@ -471,3 +488,28 @@ def test_the_token_cap_stops_the_session_between_rounds(root: Path) -> None:
     data = json.loads((root / ".kernelfix" / "report.json").read_text())
     assert data["budget"] == {"max_cost": None, "max_tokens": 1000}
     assert data["totals"]["prompt_tokens"] + data["totals"]["completion_tokens"] == 1200
+
+
+def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
+    root: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_kernelfix.session import pipeline
+
+    monkeypatch.setattr(pipeline, "HEARTBEAT", 0.05)
+
+    class Slow(Answers):
+        def propose(self, request: ProposalRequest) -> Proposal:
+            time.sleep(0.3)
+            return super().propose(request)
+
+    lines: list[str] = []
+    heal_session(inputs(root), Stages(fixer=Slow(fix()), runner=FakeRunner(),
+                                      progress=lines.append))
+    said = [line.strip() for line in lines]
+    asked = said.index("round 1: asking scripted")
+    assert said[asked + 1].startswith("round 1: still waiting for scripted (")
+    assert any(line.startswith("round 1: answered in ") for line in said[asked:])
+    start = said.index("baseline: running 1 test(s)")  # every phase starts and ends
+    assert said[start + 1].startswith("baseline: 1 failed (") and said[start + 1].endswith(" s)")
+    assert [line.split(" (")[0] for line in said if line.startswith("failing tests: ")] == [
+        "failing tests: running 1 test(s)", "failing tests: 1 passed"]

@@ -10,6 +10,7 @@ from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.session.schedule import (
     chains,
     cpu_count,
+    rerun_jobs,
     visible_gpus,
     worker_count,
     worker_env,
@@ -33,6 +34,15 @@ def test_worker_count_defaults_to_one_per_gpu_or_half_the_cores() -> None:
     assert worker_count(0, "cuda", ("0", "1", "2")) == 3
     assert worker_count(0, "cuda", ()) == 1
     assert worker_count(0, "interpret") == max(1, cpu_count() // 2)
+
+
+def test_a_rerun_uses_the_cores_left_to_its_worker_and_few_children_on_a_gpu() -> None:
+    assert rerun_jobs(3, 4, "interpret", 2) == 3  # as asked, whatever the machine
+    assert rerun_jobs(0, 1, "interpret", 2) == 2
+    assert rerun_jobs(0, 2, "interpret", 16) == 8
+    assert rerun_jobs(0, 3, "interpret", 2) == 1  # more workers than cores: one child each
+    assert rerun_jobs(0, 1, "cuda", 16) == 2 and rerun_jobs(0, 8, "cuda", 8) == 1
+    assert rerun_jobs(5, 1, "cuda", 2) == 5
 
 
 def test_visible_gpus_come_from_the_environment_first(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,36 +10,59 @@ would break a rerun of a few nodeids are left out (:mod:`pytest_kernelfix.rerun.
 :class:`Reruns` is the session's runner and the one owner of its warm servers
 (:mod:`pytest_kernelfix.rerun.server`): a child is forked from one where it can be
 (``RerunSetup.mode``: ``auto``, ``fork``), else it is a fresh ``python -c`` subprocess;
-the result says which. :func:`run_tests` runs one rerun.
+the result says which. :func:`run_tests` runs one rerun: its tests split across up to
+``RerunSetup.jobs`` children at the same time where they are enough to pay for it
+(:mod:`pytest_kernelfix.rerun.split`), each child watched by a thread of the caller.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
-from pytest_kernelfix.rerun.report import RerunResult, fold_events, read_events, signal_name
+from pytest_kernelfix.rerun.report import (
+    FinishedTests,
+    RerunResult,
+    fold_events,
+    read_events,
+    signal_name,
+)
 from pytest_kernelfix.rerun.server import (
+    ForkResult,
     ForkUnavailable,
     RerunServer,
     ServerPool,
     unavailable_reason,
 )
 from pytest_kernelfix.rerun.server.wire import exited, kill_group
+from pytest_kernelfix.rerun.split import (
+    Part,
+    merge_parts,
+    min_tests_per_child,
+    split_nodeids,
+    stops_early,
+)
 
-#: How much of the child's merged stdout/stderr a result keeps.
+#: How much of the child's merged stdout/stderr a result keeps (of all its children's).
 OUTPUT_TAIL = 8 * 1024
+#: Seconds between two calls of a rerun's progress callback (none for a shorter rerun).
+PROGRESS_EVERY = 10.0
+
+#: Called while a rerun runs: (tests finished, tests in the rerun, seconds since it began).
+RerunProgress = Callable[[int, int, float], None]
 
 #: Run by ``python -c``: the agent maps imports onto the sandbox, then starts pytest.
 BOOTSTRAP = "from pytest_kernelfix.rerun.child.bootstrap import main; main()"
@@ -53,7 +76,8 @@ class RerunSetup:
     keeps (plugins, import mode); ``device`` goes to the child's agent in the plan;
     ``env`` is added to the child's environment; ``mode`` is how children start: forked
     from the warm server where it is safe (``auto``), forked wherever fork exists
-    (``fork``), or a fresh interpreter each time (``subprocess``).
+    (``fork``), or a fresh interpreter each time (``subprocess``); ``jobs`` is how many
+    children one rerun may split its tests across (``timeout`` holds for each child).
     """
 
     original_root: Path
@@ -64,6 +88,7 @@ class RerunSetup:
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     mode: str = "auto"
+    jobs: int = 1
 
 
 @dataclass(frozen=True)
@@ -72,9 +97,10 @@ class RerunSpec:
 
     ``probe`` says what the child measures besides the outcomes: poisoned kernel outputs
     (a sensitivity rerun), guarded checks, launch fingerprints
-    (:class:`~pytest_kernelfix.rerun.plan.ProbePlan`). ``stop_early`` ends the run at
-    the first test that fails (``--exitfirst``): the
-    tests after it get no outcome.
+    (:class:`~pytest_kernelfix.rerun.plan.ProbePlan`). ``stop_early`` ends the run at the
+    first test that fails (``--exitfirst``; with several children, the others are
+    stopped): the tests not finished by then get no outcome. ``progress`` is called every
+    :data:`PROGRESS_EVERY` seconds while the rerun runs, from the caller's thread.
     """
 
     setup: RerunSetup
@@ -82,6 +108,7 @@ class RerunSpec:
     nodeids: tuple[str, ...]
     probe: ProbePlan = field(default_factory=ProbePlan)
     stop_early: bool = False
+    progress: RerunProgress | None = field(default=None, compare=False)
 
     @property
     def original_root(self) -> Path:
@@ -156,33 +183,119 @@ def rerun_plan(spec: RerunSpec, work: Path) -> RerunPlan:
 
 def run_tests(spec: RerunSpec, *, python: str = sys.executable,
               pool: ServerPool | None = None) -> RerunResult:
-    """Run ``spec.nodeids`` in the sandbox; never raises for what happens in the child.
+    """Run ``spec.nodeids`` in the sandbox; never raises for what happens in a child.
 
-    The child is forked from ``pool``'s warm server where the setup allows it; without a
-    pool (or where forking is refused) it is a fresh subprocess.
+    The tests are split across up to ``spec.setup.jobs`` children that run at the same
+    time where they are enough to pay for each child's start
+    (:func:`~pytest_kernelfix.rerun.split.split_nodeids`), each forked from
+    ``pool``'s warm server where the setup allows it (without a pool, or where forking
+    is refused, a fresh subprocess), each under its own timeout; their results come back
+    as one, in test order (:func:`~pytest_kernelfix.rerun.split.merge_parts`). With
+    ``stop_early`` the first child whose test fails stops the others.
     """
-    work = Path(tempfile.mkdtemp(prefix="kernelfix-rerun-"))
+    done: queue.SimpleQueue[_Child] = queue.SimpleQueue()
+    children: list[_Child] = []
+    fresh = pool is None or bool(unavailable_reason(spec.setup.mode))
+    started = time.monotonic()
     try:
-        plan_file = work / "plan.json"
-        log = work / "output.log"
-        plan = rerun_plan(spec, work)
-        plan.write(plan_file)
-        start = time.monotonic()
-        mode, fallback, returncode, timed_out = _launch(
-            spec, build_command(spec, python), child_env(os.environ, spec.setup, plan_file), log,
-            python, pool)
-        seconds = time.monotonic() - start
-        events = read_events(Path(plan.output))
-        output = _tail(log, OUTPUT_TAIL)
+        for nodeids in split_nodeids(spec.nodeids, spec.setup.jobs,
+                                     min_tests_per_child(fresh=fresh)):
+            children.append(_Child(replace(spec, nodeids=nodeids, progress=None), done))
+        for child in children:
+            child.start(python, pool)
+        _follow(spec, children, done, started)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for child in children:
+            child.close()
+    parts = [Part(child.spec.nodeids, child.result, child.stopped)
+             for child in children if child.result is not None]
+    return merge_parts(parts, seconds=time.monotonic() - started, output_budget=OUTPUT_TAIL)
+
+
+class _Child:
+    """One child process of a rerun, run to its end by a thread of the caller: its
+    share of the tests, its work directory, what it reported."""
+
+    def __init__(self, spec: RerunSpec, done: queue.SimpleQueue[_Child]) -> None:
+        self.spec = spec
+        self.done = done
+        self.work = Path(tempfile.mkdtemp(prefix="kernelfix-rerun-"))
+        self.finished = FinishedTests(self.work / "results.jsonl")
+        self.stop = threading.Event()
+        self.result: RerunResult | None = None
+        self.stopped = False
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, python: str, pool: ServerPool | None) -> None:
+        self.thread = threading.Thread(target=self._run, args=(python, pool),
+                                       name="kernelfix-rerun", daemon=True)
+        self.thread.start()
+
+    def _run(self, python: str, pool: ServerPool | None) -> None:
+        try:
+            self.result, self.stopped = _run_child(self.spec, self.work, python, pool,
+                                                   self.stop)
+        except BaseException as error:  # raised in the caller's thread by _follow
+            self.error = error
+        finally:
+            self.done.put(self)
+
+    def close(self) -> None:
+        """Stop the child if it still runs, wait for its thread, remove its directory."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _follow(spec: RerunSpec, children: Sequence[_Child], done: queue.SimpleQueue[_Child],
+            started: float) -> None:
+    """Wait for every child; tell ``spec.progress`` how far they are, stop the others
+    when one fails a ``stop_early`` rerun, raise what a child's thread raised."""
+    progress = spec.progress
+    total = sum(len(child.spec.nodeids) for child in children)
+    waiting = len(children)
+    tick = started + PROGRESS_EVERY
+    while waiting:
+        timeout = None if progress is None else max(0.0, tick - time.monotonic())
+        try:
+            child = done.get(timeout=timeout)
+        except queue.Empty:  # only with a progress callback: time to call it
+            if progress is not None:
+                finished = sum(other.finished.count() for other in children)
+                progress(min(finished, total), total, time.monotonic() - started)
+            tick = time.monotonic() + PROGRESS_EVERY
+            continue
+        waiting -= 1
+        if child.error is not None:
+            raise child.error
+        if spec.stop_early and child.result is not None and stops_early(child.result):
+            for other in children:
+                other.stop.set()
+
+
+def _run_child(spec: RerunSpec, work: Path, python: str, pool: ServerPool | None,
+               stop: threading.Event) -> tuple[RerunResult, bool]:
+    """One child for all of ``spec``: its result, and whether ``stop`` ended it."""
+    plan_file = work / "plan.json"
+    log = work / "output.log"
+    plan = rerun_plan(spec, work)
+    plan.write(plan_file)
+    start = time.monotonic()
+    mode, fallback, ended = _launch(
+        spec, build_command(spec, python), child_env(os.environ, spec.setup, plan_file), log,
+        python, pool, stop)
+    seconds = time.monotonic() - start
+    events = read_events(Path(plan.output))
+    output = _tail(log, OUTPUT_TAIL)
     unsandbox = _path_mapper(Path(spec.sandbox_root), Path(spec.original_root))
     child = fold_events(unsandbox(events))
-    return RerunResult(
+    result = RerunResult(
         outcomes=child.tests,
-        returncode=returncode,
-        timed_out=timed_out,
-        signal="" if timed_out else signal_name(returncode),
+        returncode=ended.returncode,
+        timed_out=ended.timed_out,
+        signal="" if ended.timed_out or ended.stopped else signal_name(ended.returncode),
         output=unsandbox(output),
         seconds=seconds,
         collection_errors=child.collection_errors,
@@ -193,24 +306,25 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable,
         fallback=fallback,
         report_error=child.report_error,
     )
+    return result, ended.stopped
 
 
 def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Path,
-            python: str, pool: ServerPool | None) -> tuple[str, str, int, bool]:
-    """Start the child the setup's way: (mode, why not forked, returncode, timed out)."""
+            python: str, pool: ServerPool | None, stop: threading.Event
+            ) -> tuple[str, str, ForkResult]:
+    """Start the child the setup's way: (mode, why not forked, how it ended)."""
     cwd = Path(spec.sandbox_root)
     env = {**env, LAUNCHED_ENV: repr(time.time())}  # the child's phase timings start here
     server, why = _server(spec.setup, env, python, pool)
     if server is not None:
         try:
-            done = server.run(command[3:], cwd=cwd, env=env, log=log,
-                              timeout=spec.setup.timeout)
-            return "fork", "", done.returncode, done.timed_out
+            return "fork", "", server.run(command[3:], cwd=cwd, env=env, log=log,
+                                          timeout=spec.setup.timeout, stop=stop)
         except ForkUnavailable as error:
             why = str(error)
-    returncode, timed_out = _run_group(command, cwd=cwd, env=env, timeout=spec.setup.timeout,
-                                       log=log)
-    return "subprocess", "" if spec.setup.mode == "subprocess" else why, returncode, timed_out
+    ended = _run_group(command, cwd=cwd, env=env, timeout=spec.setup.timeout, log=log,
+                       stop=stop)
+    return "subprocess", "" if spec.setup.mode == "subprocess" else why, ended
 
 
 def _server(setup: RerunSetup, env: Mapping[str, str], python: str,
@@ -291,9 +405,11 @@ class RerunStats:
 
 
 def _run_group(
-    command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path
-) -> tuple[int, bool]:
-    """Run in a new session; on timeout, and in any case at the end, kill the group.
+    command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path,
+    stop: threading.Event | None = None,
+) -> ForkResult:
+    """Run in a new session until it exits, times out or ``stop`` is set; then (in any
+    case) kill the group.
 
     The leader is waited for without being reaped (``WNOWAIT``), so its process group
     id cannot be reused before the group is killed: grandchildren do not outlive us.
@@ -308,31 +424,35 @@ def _run_group(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    timed_out = True
+    ended = "timeout"
     try:
-        timed_out = not _wait_exited(process, timeout)
+        ended = _wait_exited(process, timeout, stop)
     finally:
         kill_group(process.pid)
         returncode = process.wait()
-    return returncode, timed_out
+    return ForkResult(returncode, ended == "timeout", ended == "stopped")
 
 
-def _wait_exited(process: subprocess.Popen[bytes], timeout: float) -> bool:
-    if not hasattr(os, "waitid"):  # pragma: no cover - not Linux
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+def _wait_exited(process: subprocess.Popen[bytes], timeout: float,
+                 stop: threading.Event | None) -> str:
+    """``exited``, ``timeout`` or ``stopped``, whichever comes first."""
     deadline = time.monotonic() + timeout
     delay = 0.005
-    while not exited(process.pid):
+    while not _has_exited(process):
+        if stop is not None and stop.is_set():
+            return "stopped"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return False
+            return "timeout"
         time.sleep(min(delay, remaining))
         delay = min(delay * 2, 0.05)
-    return True
+    return "exited"
+
+
+def _has_exited(process: subprocess.Popen[bytes]) -> bool:
+    if not hasattr(os, "waitid"):  # pragma: no cover - not Linux: reaps, as wait() would
+        return process.poll() is not None
+    return exited(process.pid)
 
 
 def _tail(path: Path, size: int) -> str:

@@ -350,6 +350,10 @@ def read_events(path: Path) -> list[dict[str, Any]]:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return []
+    return _parsed(lines)
+
+
+def _parsed(lines: Iterable[str]) -> list[dict[str, Any]]:
     events = []
     for line in lines:
         try:
@@ -359,6 +363,30 @@ def read_events(path: Path) -> list[dict[str, Any]]:
         if isinstance(event, dict):
             events.append(event)
     return events
+
+
+class FinishedTests:
+    """How many tests a growing results file says finished: each :meth:`count` reads
+    only the whole lines written since the last, so a long rerun is cheap to follow."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._finished: set[str] = set()
+
+    def count(self) -> int:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except OSError:  # not written yet
+            return len(self._finished)
+        whole = data[:data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        for event in _parsed(whole.decode("utf-8", errors="replace").splitlines()):
+            if event.get("event") == "test":
+                self._finished.add(str(event.get("nodeid")))
+        return len(self._finished)
 
 
 def fold_events(events: Iterable[Mapping[str, Any]]) -> ChildOutput:

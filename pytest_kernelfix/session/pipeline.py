@@ -51,7 +51,14 @@ from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.session.crashes import reproduce_crashes
-from pytest_kernelfix.session.schedule import chains, visible_gpus, worker_count, worker_env
+from pytest_kernelfix.session.schedule import (
+    chains,
+    cpu_count,
+    rerun_jobs,
+    visible_gpus,
+    worker_count,
+    worker_env,
+)
 from pytest_kernelfix.verify.triage import raised_in_kernel
 from pytest_kernelfix.verify.verifier import Runner, Verifier
 
@@ -135,13 +142,18 @@ def _skipped(group: BugGroup, reason: str) -> HealResult:
 
 
 class _Counted:
-    """A runner that keeps what one bug's reruns cost and how they ran."""
+    """A runner that keeps what one bug's reruns cost and how they ran, and says how
+    far a long rerun is."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, progress: Progress = lambda line: None) -> None:
         self.runner = runner
+        self.progress = progress
         self.stats = RerunStats()
 
     def __call__(self, spec: RerunSpec) -> RerunResult:
+        if spec.progress is None:
+            spec = replace(spec, progress=lambda done, total, seconds: self.progress(
+                f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
         result = self.runner(spec)
         self.stats = self.stats.add(result)
         return result
@@ -193,11 +205,11 @@ class _Session:
                 result = _skipped(group, NO_EDITABLE_SOURCE)
             else:
                 sandbox = sandbox or Sandbox.create(inputs.project.root, exclude=self.exclude)
-                counted = _Counted(stages.runner)
 
                 def progress(line: str, group: BugGroup = group) -> None:
                     self.say(group, line.strip())
 
+                counted = _Counted(stages.runner, progress)
                 result = heal_bug(group, inputs, sandbox,
                                   replace(stages, runner=counted, progress=progress), self.reach,
                                   winners)
@@ -230,6 +242,8 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     lanes = chains(healable)
     gpus = visible_gpus() if inputs.device == "cuda" else ()
     workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
+    jobs = rerun_jobs(settings.rerun_jobs, workers, inputs.device, cpu_count())
+    inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
     session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
     for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
         session.results[index] = _skipped(
@@ -387,8 +401,13 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         verifier.restore()
 
 
+#: Seconds between "still waiting" lines while a fixer thinks.
+HEARTBEAT = 20.0
+
+
 class _Announced:
-    """A fixer whose every answer is announced: a model can take a minute."""
+    """A fixer whose every answer is announced, with a line every :data:`HEARTBEAT`
+    seconds while it is awaited: a model can take minutes."""
 
     def __init__(self, fixer: Fixer, progress: Progress) -> None:
         self.fixer = fixer
@@ -397,11 +416,24 @@ class _Announced:
         self.free = is_free(fixer)
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        self.progress(f"  round {request.round}: asking {self.name}")
+        where = f"  round {request.round}"
+        self.progress(f"{where}: asking {self.name}")
         started = time.monotonic()
-        proposal = self.fixer.propose(request)
-        self.progress(f"  round {request.round}: answered in "
-                      f"{time.monotonic() - started:.1f} s")
+        answered = threading.Event()
+
+        def beat() -> None:
+            while not answered.wait(HEARTBEAT):
+                self.progress(f"{where}: still waiting for {self.name} "
+                              f"({time.monotonic() - started:.0f} s)")
+
+        heart = threading.Thread(target=beat, name="kernelfix-heartbeat", daemon=True)
+        heart.start()
+        try:
+            proposal = self.fixer.propose(request)
+        finally:
+            answered.set()
+            heart.join()
+        self.progress(f"{where}: answered in {time.monotonic() - started:.1f} s")
         return proposal
 
 

@@ -5,7 +5,8 @@ healed in grouping order by one worker (their candidates would touch the same fi
 chains share no file and heal in parallel, each worker in its own sandbox. The default
 number of workers is one per visible GPU on a GPU (each worker's reruns pinned to its own
 GPU through ``CUDA_VISIBLE_DEVICES``), else half the cores: a rerun on the interpreter
-keeps one core busy, and the session needs some too.
+keeps one core busy, and the session needs some too. One rerun of many tests may split
+them across several children (:func:`rerun_jobs`), on the cores the workers leave.
 """
 
 from __future__ import annotations
@@ -81,3 +82,21 @@ def worker_env(worker: int, gpus: Sequence[str], workers: int) -> dict[str, str]
     if workers < 2 or not gpus:
         return {}
     return {"CUDA_VISIBLE_DEVICES": gpus[worker % len(gpus)]}
+
+
+#: Children of one rerun on a GPU by default. Each child creates its own CUDA context
+#: (hundreds of MB of GPU memory, most of a second to start) and the kernels of several
+#: processes take turns on the GPU rather than run together, so more children mostly
+#: multiply start-up; two overlap one child's host work (collection, Triton's compile or
+#: cache load, the test's Python) with the other's kernels.
+GPU_RERUN_JOBS = 2
+
+
+def rerun_jobs(setting: int, workers: int, device: str, cores: int) -> int:
+    """How many children one rerun may use: ``setting`` when given (> 0), else the
+    cores left to each of ``workers`` heal workers (each worker reruns at the same
+    time), on a GPU at most :data:`GPU_RERUN_JOBS`."""
+    if setting > 0:
+        return setting
+    share = max(1, cores // max(1, workers))
+    return min(share, GPU_RERUN_JOBS) if device == "cuda" else share

@@ -176,6 +176,7 @@ class Verifier:
                 "Running the patched code changed files it must not touch: "
                 + ", ".join(tampered), kind=VerdictKind.TAMPERED))
         self._record(name, nodeids, seconds, "ran")
+        self.say(f"{name}: {tally(result, nodeids)} ({seconds:.1f} s)")
         return result
 
     def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str
@@ -183,11 +184,10 @@ class Verifier:
         self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome))
 
     def _decide(self, verdict: Verdict) -> Verdict:
-        """Mark the last phase with the verdict's kind and say how it ended."""
+        """Mark the last phase with the verdict's kind."""
         if self.phases:
             last = self.phases[-1]
             self.phases[-1] = replace(last, outcome=verdict.kind.value if verdict.kind else "")
-            self.say(f"{last.name}: {self.phases[-1].outcome} ({last.seconds:.1f} s)")
         return verdict
 
     def _on_originals(self, candidate: Mapping[str, str], step: Callable[[], object]) -> None:
@@ -454,3 +454,19 @@ def as_run(result: RerunResult) -> RerunResult:
     return replace(result, outcomes=tuple(
         replace(o, outcome="failed") if o.outcome == "passed" and o.probe is not None
         and o.probe.check_failed else o for o in result.outcomes))
+
+
+def tally(result: RerunResult, nodeids: Sequence[str]) -> str:
+    """``3 passed, 1 failed, 2 not run``: how a rerun's tests ended (a guarded check that
+    failed counts as a failure), and how the run itself ended when it did not finish."""
+    counts: dict[str, int] = {}
+    for outcome in as_run(result).outcomes:
+        counts[outcome.outcome] = counts.get(outcome.outcome, 0) + 1
+    missing = len(result.missing(nodeids))
+    words = [f"{count} {kind}" for kind, count in counts.items()]
+    words += [f"{missing} not run"] if missing else []
+    if result.timed_out:
+        words.append("timed out")
+    elif result.signal:
+        words.append(f"died with {result.signal}")
+    return ", ".join(words) or "no outcome"

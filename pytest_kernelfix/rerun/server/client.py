@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -44,6 +45,8 @@ SETTLE = 2.0
 MAX_SERVERS = 4
 #: A server that failed this many times is not started again in this process.
 MAX_STARTS = 3
+#: Seconds between two looks at a rerun's stop request while its child runs.
+STOP_POLL = 0.05
 
 
 class ForkUnavailable(Exception):
@@ -52,10 +55,12 @@ class ForkUnavailable(Exception):
 
 @dataclass(frozen=True)
 class ForkResult:
-    """How a forked child ended: ``returncode`` as ``Popen`` gives it (``-N`` for signal N)."""
+    """How a rerun child ended: ``returncode`` as ``Popen`` gives it (``-N`` for signal N);
+    ``stopped`` when it was killed because its caller asked (not at its timeout)."""
 
     returncode: int
     timed_out: bool
+    stopped: bool = False
 
 
 def unavailable_reason(mode: str) -> str:
@@ -131,8 +136,9 @@ class RerunServer:
             self._ready = True
 
     def run(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: Path,
-            timeout: float) -> ForkResult:
-        """Run one forked rerun child (``sys.argv[1:]`` = ``argv``) to its end; raises
+            timeout: float, stop: threading.Event | None = None) -> ForkResult:
+        """Run one forked rerun child (``sys.argv[1:]`` = ``argv``) to its end, or until
+        ``stop`` is set (the server then kills its group); raises
         :class:`ForkUnavailable` when none was started."""
         self.ready()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -156,9 +162,10 @@ class RerunServer:
                 self._fail(f"the rerun server stopped answering: {self.state('')}")
                 raise ForkUnavailable(self.failure)
             pid = int(started["pid"])
-            exited = read_event(mine, deadline)
+            exited = _exit_event(mine, deadline, stop)
             if exited.get("event") == "exited":
-                return ForkResult(int(exited["returncode"]), bool(exited["timed_out"]))
+                return ForkResult(int(exited["returncode"]), bool(exited["timed_out"]),
+                                  bool(exited.get("stopped", False)))
             # The server died, or hangs past the deadline, with our child running: the
             # child is ours to end now (its zombie keeps the group id until init reaps).
             hung = time.monotonic() >= deadline
@@ -193,6 +200,21 @@ class RerunServer:
 
     def _fail(self, why: str) -> None:
         self.failure = self.failure or why
+
+
+def _exit_event(sock: socket.socket, deadline: float, stop: threading.Event | None
+                ) -> dict[str, Any]:
+    """The server's ``exited`` line. Once ``stop`` is set, our end is shut for writing,
+    which the server takes as "end this child now" (it answers ``stopped``)."""
+    if stop is not None:
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or select.select([sock], [], [], min(STOP_POLL, remaining))[0]:
+                break
+        if stop.is_set():
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+    return read_event(sock, deadline)
 
 
 def _tail(path: Path, size: int = 1500) -> str:

@@ -229,19 +229,20 @@ class _Loop:
                 self._finish(child, timed_out=True)
 
     def _abandoned(self, conn: socket.socket) -> None:
-        """The session gave up on a rerun (or died): end its child now."""
+        """The session stopped a rerun (it shut its end for writing) or gave up on it
+        (or died): end its child now, unless it has already ended by itself."""
         for child in list(self.children.values()):
             if child.conn is conn:
-                self._finish(child, timed_out=True)
+                self._finish(child, timed_out=False, stopped=not exited(child.pid))
 
-    def _finish(self, child: _Child, *, timed_out: bool) -> None:
-        """Kill the child's group (all of it at the deadline or when abandoned, what it
+    def _finish(self, child: _Child, *, timed_out: bool, stopped: bool = False) -> None:
+        """Kill the child's group (all of it at the deadline or when stopped, what it
         left behind otherwise), reap it, report, forget it."""
         kill_group(child.pid)  # the leader is a zombie at most: the group id is still ours
         _, status = os.waitpid(child.pid, 0)
         self.children.pop(child.pid, None)
         if child.pidfd >= 0:
             os.close(child.pidfd)
-        send_line(child.conn, {"event": "exited", "timed_out": timed_out,
+        send_line(child.conn, {"event": "exited", "timed_out": timed_out, "stopped": stopped,
                                "returncode": os.waitstatus_to_exitcode(status)})
         child.conn.close()
