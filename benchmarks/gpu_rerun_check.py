@@ -164,7 +164,7 @@ def gpu_count_without_context(checks: Checks) -> None:
 
 
 def reruns(checks: Checks, base: Path) -> dict[str, Any]:
-    from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, close_servers, run_tests
+    from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup, RerunSpec
     from pytest_kernelfix.rerun.plan import device_plan
     from pytest_kernelfix.rerun.sandbox import Sandbox
 
@@ -178,10 +178,11 @@ def reruns(checks: Checks, base: Path) -> dict[str, Any]:
                                mode=mode) for mode in ("fork", "subprocess")}
     timings: dict[str, list[float]] = {"fork": [], "subprocess": []}
     sandbox = Sandbox.create(project)
+    runner = Reruns()  # owns the warm server the forked reruns come from
 
     def rerun(mode: str) -> Any:
         started = time.perf_counter()
-        result = run_tests(RerunSpec(setups[mode], sandbox.root, (NODEID,)))
+        result = runner(RerunSpec(setups[mode], sandbox.root, (NODEID,)))
         timings[mode].append(time.perf_counter() - started)
         return result
 
@@ -226,7 +227,7 @@ def reruns(checks: Checks, base: Path) -> dict[str, Any]:
         untouched(checks, server, len(forked))
         gpu = children[0][2:] if children else ["?"]
     finally:
-        close_servers()
+        runner.close()
         sandbox.close()
     return {"first": first_seconds, "fork": timings["fork"], "subprocess": timings["subprocess"],
             "gpu": " ".join(gpu)}

@@ -127,26 +127,27 @@ class Reruns:
                       for mode in ("fork", "subprocess")}
         self.tests: dict[str, list[float]] = {"fork": [], "subprocess": []}
         self.phases: dict[str, list[dict[str, float]]] = {"fork": [], "subprocess": []}
+        from pytest_kernelfix.rerun.launcher import Reruns
+
+        self.reruns = Reruns()  # owns the warm server the fork reruns come from
 
     def once(self, mode: str) -> float:
-        from pytest_kernelfix.rerun.launcher import RerunSpec, run_tests
+        from pytest_kernelfix.rerun.launcher import RerunSpec
 
         started = time.perf_counter()
-        result = run_tests(RerunSpec(self.setup[mode], self.sandbox.root, (NODEID,)))
+        result = self.reruns(RerunSpec(self.setup[mode], self.sandbox.root, (NODEID,)))
         seconds = time.perf_counter() - started
         if result.mode != mode or not result.passed([NODEID]):
             raise SystemExit(f"the {mode} rerun failed ({result.mode}, {result.fallback}):\n"
                              f"{result.output}")
         self.tests[mode].append(sum(o.duration for o in result.outcomes))
-        phases = dict(result.extra.get("phases") or {})  # type: ignore[call-overload]
+        phases = dict(result.report.phases)
         phases["exit"] = seconds
         self.phases[mode].append(phases)
         return seconds
 
     def close(self) -> None:
-        from pytest_kernelfix.rerun.launcher import close_servers
-
-        close_servers()
+        self.reruns.close()
         self.sandbox.close()
 
 

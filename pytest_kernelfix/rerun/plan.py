@@ -29,7 +29,7 @@ POISON_MODES = ("nan", "scramble")
 #: Names the plan file in a rerun child; its presence also keeps the plugin out of it.
 PLAN_ENV = "KERNELFIX_RERUN_PLAN"
 #: The session's wall clock (``time.time()``) when it launched a rerun child: the child
-#: reports its phases as seconds since then (``RerunResult.extra["phases"]``).
+#: reports its phases as seconds since then (``RerunResult.report.phases``).
 LAUNCHED_ENV = "KERNELFIX_RERUN_LAUNCHED"
 
 
