@@ -301,3 +301,19 @@ def test_an_unchanged_kernel_masked_after_the_launch_is_no_heal(sandbox: Sandbox
     assert verdict.kind is VerdictKind.MASKED
     assert "`y = y.clip(min=0)`" in verdict.summary and "measured" in verdict.summary
     assert not any(spec.probe.poison for spec in runner.specs)  # stopped before poisoning
+
+
+def test_the_original_codes_runs_are_not_judged_for_writing_test_files(sandbox: Sandbox) -> None:
+    """A suite whose tests write beside themselves does so on the original code too: the
+    baseline is no candidate to reject (a candidate's run that writes them is)."""
+
+    def writes(spec: RerunSpec, original: bool) -> TestOutcome:
+        (spec.sandbox_root / TEST).write_text("def test_k():\n    assert False\n")
+        return fixed(spec, original)
+
+    check = verifier(sandbox, Runner(writes))
+    with sandbox:
+        result = check.baseline({"kernels/k.py": "ORIGINAL\n"})
+        verdict = check({"kernels/k.py": "FIXED\n"})
+    assert result.outcome(check.first) is not None
+    assert verdict.kind is VerdictKind.TAMPERED

@@ -158,16 +158,17 @@ class Verifier:
     # -- running ---------------------------------------------------------------------
 
     def _run(self, name: str, nodeids: Sequence[str], *, probe: ProbePlan = _PLAIN,
-             stop_early: bool = False, setup: RerunSetup | None = None) -> RerunResult:
-        """One phase's rerun, said as it starts and ends; a run that wrote test or data
-        files is a rejection."""
+             stop_early: bool = False, setup: RerunSetup | None = None,
+             candidate: bool = True) -> RerunResult:
+        """One phase's rerun, said as it starts and ends; a candidate's run that wrote
+        test or data files is a rejection (the original code's runs are not judged)."""
         nodeids = tuple(nodeids)
         self.say(f"{name}: running {len(nodeids)} test(s)")
         started = time.monotonic()
         result = self.runner(RerunSpec(setup or self.setup, self.sandbox.root, nodeids,
                                        probe=probe, stop_early=stop_early))
         seconds = time.monotonic() - started
-        tampered = self.workspace.tampered()
+        tampered = self.workspace.tampered() if candidate else ()
         if tampered:
             self.workspace.undo(tampered)
             self._record(name, nodeids, seconds, VerdictKind.TAMPERED.value)
@@ -209,13 +210,15 @@ class Verifier:
         self.phases = []
         if self.thorough:
             result = as_run(self._run("baseline", self.nodeids + self.regression,
-                                      probe=_BASELINE))
+                                      probe=_BASELINE, candidate=False))
             self.passed_before = {n for n in self.regression if result.passed([n])}
             self.broken_before = set(self.regression) - self.passed_before
         else:
-            result = as_run(self._run("baseline", (self.first,), probe=_BASELINE))
+            result = as_run(self._run("baseline", (self.first,), probe=_BASELINE,
+                                      candidate=False))
             if result.passed([self.first]) and len(self.nodeids) > 1:
-                result = as_run(self._run("baseline", self.nodeids, probe=_BASELINE))
+                result = as_run(self._run("baseline", self.nodeids, probe=_BASELINE,
+                                          candidate=False))
                 self.first = next((n for n in self.nodeids if result.outcome(n) is not None
                                    and not result.passed([n])), self.first)
         self.base = result
@@ -236,7 +239,7 @@ class Verifier:
             return why_not
         setup = replace(self.setup, device=replace(device, cuda_shim=True))
         shimmed = self._run("triage with the CUDA shim", (self.first,), setup=setup,
-                            stop_early=True)
+                            stop_early=True, candidate=False)
         return CUDA_SHIM_LIMITATION if shimmed.passed([self.first]) else ""
 
     # -- a candidate -----------------------------------------------------------------
@@ -286,7 +289,7 @@ class Verifier:
         known = self.baseline_findings
 
         def measure() -> None:
-            found = self._run("integrity on the original code", unseen)
+            found = self._run("integrity on the original code", unseen, candidate=False)
             self.baseline_findings |= integrity_findings(found)
             self._seen.update(unseen)
 
@@ -348,7 +351,7 @@ class Verifier:
 
     def _check_before(self, nodeids: Sequence[str]) -> None:
         """Which of these regression tests pass on the original code."""
-        result = self._run("regression on the original code", nodeids)
+        result = self._run("regression on the original code", nodeids, candidate=False)
         for nodeid in nodeids:
             (self.passed_before if result.passed([nodeid]) else self.broken_before).add(nodeid)
 
@@ -416,7 +419,8 @@ class Verifier:
         def find() -> None:
             for kernel in kernels[:_ATTRIBUTION_TRIES]:
                 result = self._run(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
-                                   probe=ProbePlan(poison="nan", kernels=(kernel,), reach=True))
+                                   probe=ProbePlan(poison="nan", kernels=(kernel,), reach=True),
+                                   candidate=False)
                 self._decide(Verdict(True, "measured"))
                 if depends_on(result, self.first, line):
                     self._attributed = (kernel,)
