@@ -158,7 +158,7 @@ class Bug:
 BUGS = (
     Bug("norm", "lk/ops/rms_norm.py",
         "    mean_square = tl.sum(X_row * X_row, axis=0) / n_cols\n",
-        "    mean_square = tl.sum(X_row * X_row, axis=0) / (n_cols + 1)\n"),
+        "    mean_square = tl.sum(X_row * X_row, axis=0) / (2 * n_cols)\n"),
     Bug("helper", "lk/ops/swiglu.py",
         "def silu(x):\n    return x * tl.sigmoid(x)",
         "def silu(x):\n    return x * tl.sigmoid(x + 0.25)"),

@@ -497,9 +497,9 @@ def test_a_rerun_that_writes_through_a_hardlink_is_rejected(project: Path) -> No
 def test_regression_tests_must_keep_launching(project: Path) -> None:
     other = "tests/test_gelu.py::test_other"
     results = iter([
-        _result(("tests/test_gelu.py::test_gelu", "failed", 1), (other, "passed", 1)),  # baseline
-        _result(("tests/test_gelu.py::test_gelu", "passed", 1)),  # the failing test passes
-        _result((other, "passed", 0)),  # the regression set: passes, launches nothing
+        _result(("tests/test_gelu.py::test_gelu", "failed", 1)),  # baseline
+        # the failing test passes; the regression set passes but launches nothing
+        _result(("tests/test_gelu.py::test_gelu", "passed", 1), (other, "passed", 0)),
     ])
     verifier, sandbox = _verifier(project, lambda spec: next(results), regression=[other])
     with sandbox:

@@ -129,21 +129,23 @@ def test_a_session_heals_with_a_fake_runner_and_writes_its_artifacts(root: Path)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL  # report mode writes no tree
     # staged: the baseline reruns the representative (the smallest failing test) only;
     # each candidate runs it first, stopping there when it still fails; then the other
-    # failing tests, then the regression set, then the poisoned reruns on diverse failing
-    # tests (this fake poisons nothing, so the NaN run measures nothing and no other
-    # poisoned run is made)
+    # failing tests and the regression set in one rerun (failing tests first, stopping at
+    # the first that fails), then the poisoned reruns on diverse failing tests, at the same
+    # time (this fake poisons nothing, so the NaN run measures nothing and decides)
     first, other = NODEIDS
-    assert [(spec.nodeids, spec.stop_early, spec.probe.poison) for spec in runner.specs] == [
+    steps = [(spec.nodeids, spec.stop_early, spec.probe.poison) for spec in runner.specs]
+    assert steps[:4] == [
         ((first,), False, ""),  # baseline
         ((first,), True, ""),  # round 1: the representative still fails
-        ((first,), True, ""), ((other,), True, ""), ((REGRESSION,), True, ""),  # round 2
-        (NODEIDS, False, "nan"),
+        ((first,), True, ""), ((other, REGRESSION), True, ""),  # round 2
     ]
+    assert sorted(steps[4:]) == [(NODEIDS, False, "nan"), (NODEIDS, False, "scramble")]
     assert [spec.probe.fingerprint for spec in runner.specs[:3]] == [True, True, True]
-    assert runner.specs[-1].probe.reach  # every check of the poisoned tests runs
+    assert all(spec.probe.reach for spec in runner.specs[4:])  # every check runs
     phases = [(p.name, p.nodeids) for p in bug.result.rounds[-1].phases]
-    assert phases == [("representative", (first,)), ("failing tests", (other,)),
-                      ("regression", (REGRESSION,)), ("sensitivity (nan)", NODEIDS)]
+    assert phases == [("representative", (first,)),
+                      ("failing tests and regression", (other, REGRESSION)),
+                      ("sensitivity (nan)", NODEIDS), ("sensitivity (scramble)", NODEIDS)]
     assert [p.name for p in bug.result.triage] == ["baseline"]
     assert "sensitivity not measured" in bug.result.rounds[-1].outcome
     assert f"{NODEIDS[0]}: failed" in fixer.requests[1].feedback  # round 2 saw round 1 fail
@@ -411,15 +413,15 @@ def test_bugs_heal_in_parallel_with_the_patches_and_order_of_a_sequential_sessio
     assert len({box for _, _, box in two.log}) == 2  # one per worker
     report = json.loads((roots[1] / ".kernelfix" / "report.json").read_text())
     assert report["reruns"]["workers"] == 2 and sequential.workers == 1
-    # the baseline, two rounds, the winner's NaN sensitivity rerun (this fake poisons
-    # nothing, so that run measures nothing and no scrambled run follows); c shares a.py
-    # with a, so a's winner is tried on c first (one rerun, its representative still fails)
-    assert [bug["reruns"]["count"] for bug in report["bugs"]] == [4, 4, 5, 4]
-    assert report["reruns"]["count"] == 17 == len(two.log) // 2
+    # the baseline, two rounds, the winner's two poisoned reruns (made at the same time);
+    # c shares a.py with a, so a's winner is tried on c first (one rerun, its
+    # representative still fails)
+    assert [bug["reruns"]["count"] for bug in report["bugs"]] == [5, 5, 6, 5]
+    assert report["reruns"]["count"] == 21 == len(two.log) // 2
     rounds = [line for line in lines if "round " in line]
     assert rounds and all(line.split(": ", 1)[0] in ids for line in rounds)  # named bugs
     markdown = (roots[1] / ".kernelfix" / "report.md").read_text()
-    assert "Sandbox reruns: 17 (subprocess), " in markdown and ", 2 worker(s)." in markdown
+    assert "Sandbox reruns: 21 (subprocess), " in markdown and ", 2 worker(s)." in markdown
 
 
 def test_workers_on_a_gpu_each_pin_their_reruns_to_their_own_gpu(
@@ -511,5 +513,7 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
     assert any(line.startswith("round 1: answered in ") for line in said[asked:])
     start = said.index("baseline: running 1 test(s)")  # every phase starts and ends
     assert said[start + 1].startswith("baseline: 1 failed (") and said[start + 1].endswith(" s)")
-    assert [line.split(" (")[0] for line in said if line.startswith("failing tests: ")] == [
-        "failing tests: running 1 test(s)", "failing tests: 1 passed"]
+    assert [line.split(" (")[0] for line in said
+            if line.startswith("failing tests and regression: ")] == [
+        "failing tests and regression: running 2 test(s)",
+        "failing tests and regression: 2 passed"]

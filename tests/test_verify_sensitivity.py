@@ -129,9 +129,12 @@ def test_what_only_the_scrambled_run_catches_is_rejected(sandbox: Sandbox) -> No
 
 def test_a_test_that_checks_nothing_ends_as_uncertifiable(sandbox: Sandbox) -> None:
     verdict, runner = verify(sandbox, {"": run(outcome(A, "passed")),
-                                       "nan": run(outcome(A, "passed", checks=0))})
+                                       "nan": run(outcome(A, "passed", checks=0)),
+                                       "scramble": run(outcome(A, "passed", checks=0))})
     assert verdict.kind == UNCERTIFIABLE and not verdict.ok  # type: ignore[attr-defined]
-    assert [spec.probe.poison for spec in runner.specs] == ["", "nan"]  # no scrambled run
+    # the scrambled run went beside the NaN run; the NaN run decided
+    assert sorted(spec.probe.poison for spec in runner.specs) == ["", "nan", "scramble"]
+    assert verdict.phases[-2].outcome == "uncertifiable"  # type: ignore[attr-defined]
 
 
 def test_integrity_findings_count_only_when_the_unpatched_code_had_none(sandbox: Sandbox) -> None:

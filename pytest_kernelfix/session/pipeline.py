@@ -149,13 +149,15 @@ class _Counted:
         self.runner = runner
         self.progress = progress
         self.stats = RerunStats()
+        self.lock = threading.Lock()  # a verifier may run reruns at the same time
 
     def __call__(self, spec: RerunSpec) -> RerunResult:
         if spec.progress is None:
             spec = replace(spec, progress=lambda done, total, seconds: self.progress(
                 f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
         result = self.runner(spec)
-        self.stats = self.stats.add(result)
+        with self.lock:
+            self.stats = self.stats.add(result)
         return result
 
 

@@ -29,6 +29,7 @@ front, the poisoned reruns on every failing test).
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -162,12 +163,47 @@ class Verifier:
              candidate: bool = True) -> RerunResult:
         """One phase's rerun, said as it starts and ends; a candidate's run that wrote
         test or data files is a rejection (the original code's runs are not judged)."""
-        nodeids = tuple(nodeids)
-        self.say(f"{name}: running {len(nodeids)} test(s)")
+        spec = self._spec(name, nodeids, probe, stop_early, setup)
         started = time.monotonic()
-        result = self.runner(RerunSpec(setup or self.setup, self.sandbox.root, nodeids,
-                                       probe=probe, stop_early=stop_early))
-        seconds = time.monotonic() - started
+        result = self.runner(spec)
+        return self._settle(name, spec.nodeids, time.monotonic() - started, result, candidate)
+
+    def _spec(self, name: str, nodeids: Sequence[str], probe: ProbePlan = _PLAIN,
+              stop_early: bool = False, setup: RerunSetup | None = None) -> RerunSpec:
+        self.say(f"{name}: running {len(tuple(nodeids))} test(s)")
+        return RerunSpec(setup or self.setup, self.sandbox.root, tuple(nodeids), probe=probe,
+                         stop_early=stop_early)
+
+    def _together(self, runs: Sequence[tuple[str, Sequence[str], ProbePlan]]
+                  ) -> list[RerunResult]:
+        """Independent reruns of the candidate at the same time (each child is a process
+        of its own), settled in the order given."""
+        specs = [self._spec(name, nodeids, probe) for name, nodeids, probe in runs]
+        results: list[RerunResult | None] = [None] * len(specs)
+        errors: list[BaseException] = []
+        seconds = [0.0] * len(specs)
+
+        def run(index: int) -> None:
+            started = time.monotonic()
+            try:
+                results[index] = self.runner(specs[index])
+            except BaseException as error:  # re-raised in the caller's thread
+                errors.append(error)
+            seconds[index] = time.monotonic() - started
+
+        threads = [threading.Thread(target=run, args=(i,), name=f"kernelfix-probe-{i}",
+                                    daemon=True) for i in range(len(specs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return [self._settle(name, spec.nodeids, seconds[i], results[i])  # type: ignore[arg-type]
+                for i, ((name, _, _), spec) in enumerate(zip(runs, specs, strict=True))]
+
+    def _settle(self, name: str, nodeids: tuple[str, ...], seconds: float,
+                result: RerunResult, candidate: bool = True) -> RerunResult:
         tampered = self.workspace.tampered() if candidate else ()
         if tampered:
             self.workspace.undo(tampered)
@@ -184,11 +220,13 @@ class Verifier:
                 ) -> None:
         self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome))
 
-    def _decide(self, verdict: Verdict) -> Verdict:
-        """Mark the last phase with the verdict's kind."""
-        if self.phases:
-            last = self.phases[-1]
-            self.phases[-1] = replace(last, outcome=verdict.kind.value if verdict.kind else "")
+    def _decide(self, verdict: Verdict, name: str = "") -> Verdict:
+        """Mark the last phase (or the last one called ``name``) with the verdict's kind."""
+        for index in range(len(self.phases) - 1, -1, -1):
+            if not name or self.phases[index].name == name:
+                outcome = verdict.kind.value if verdict.kind else ""
+                self.phases[index] = replace(self.phases[index], outcome=outcome)
+                break
         return verdict
 
     def _on_originals(self, candidate: Mapping[str, str], step: Callable[[], object]) -> None:
@@ -258,17 +296,18 @@ class Verifier:
         return replace(verdict, phases=tuple(self.phases))
 
     def _verify(self, candidate: Mapping[str, str]) -> Verdict:
-        result = self._failing(candidate)
-        verdict = self._judge(candidate, result)
-        if not verdict.ok and verdict.kind not in _JUDGED_AFTER_REGRESSION:
-            return self._decide(verdict)
-        masked = self._masked(candidate, result)
+        staged = not self.thorough and len(self.nodeids) > 1
+        result = self._representative(candidate) if staged else None
+        masked = self._masked(candidate, result) if result is not None else None
         if masked is not None:
             return self._decide(masked)
-        self._decide(verdict)
-        if self.regression:
-            verdict = self._regression(candidate, result)
-        return self._sensitivity(candidate, verdict) if verdict.ok else verdict
+        verdict, result = self._rest(candidate, result)
+        if not verdict.ok:
+            return verdict
+        masked = None if staged else self._masked(candidate, result)
+        if masked is not None:
+            return self._decide(masked)
+        return self._sensitivity(candidate, verdict)
 
     def _judge(self, candidate: Mapping[str, str], result: RerunResult,
                regression: Sequence[str] = ()) -> Verdict:
@@ -296,11 +335,9 @@ class Verifier:
         self._on_originals(candidate, measure)
         return self.baseline_findings != known
 
-    def _failing(self, candidate: Mapping[str, str]) -> RerunResult:
-        """The representative, then the other failing tests (staged), or all at once."""
-        if self.thorough or len(self.nodeids) == 1:
-            return self._run("failing tests", self.nodeids, probe=_FINGERPRINT,
-                             stop_early=True)
+    def _representative(self, candidate: Mapping[str, str]) -> RerunResult:
+        """The cheapest failing test first: a candidate that does not fix it goes no
+        further."""
         first = self._run("representative", (self.first,), probe=_FINGERPRINT,
                           stop_early=True)
         verdict = self._judge(candidate, first)
@@ -309,8 +346,7 @@ class Verifier:
         if verdict.kind not in (*_JUDGED_AFTER_REGRESSION, VerdictKind.FAILING):
             raise _Rejected(self._decide(verdict))
         self._decide(Verdict(True, "passes"))
-        rest = tuple(n for n in self.nodeids if n != self.first)
-        return merge_results(first, self._run("failing tests", rest, stop_early=True))
+        return first
 
     def _masked(self, candidate: Mapping[str, str], failing: RerunResult) -> Verdict | None:
         """A candidate that makes the tests pass only by masking the kernel's output,
@@ -328,26 +364,34 @@ class Verifier:
     def _kept(self) -> tuple[str, ...]:
         return tuple(n for n in self.regression if n not in self.broken_before)
 
-    def _regression(self, candidate: Mapping[str, str], result: RerunResult) -> Verdict:
-        """The regression set. A test that fails is checked on the original code; one
-        that fails there too is no regression, and the tests a stopped rerun never
-        reached run next."""
-        pending = self._kept()
-        while pending:
-            run = self._run("regression", pending, stop_early=True)
-            result = merge_results(result, run)
+    def _rest(self, candidate: Mapping[str, str], result: RerunResult | None
+              ) -> tuple[Verdict, RerunResult]:
+        """The failing tests not run yet and the regression set, in one rerun that stops
+        at the first test that fails (failing tests first). A regression test that fails
+        is checked on the original code; one that fails there too is no regression, and
+        the tests the stopped rerun never reached run next."""
+        name = "failing tests and regression" if self._kept() else "failing tests"
+        pending = tuple(n for n in self.nodeids if result is None or result.outcome(n) is None)
+        pending += self._kept()
+        probe = _FINGERPRINT if self.first in pending else _PLAIN
+        while True:
+            run = self._run(name, pending, probe=probe, stop_early=True)
+            result = run if result is None else merge_results(result, run)
             verdict = self._judge(candidate, result, self._kept())
-            broken = [n for n in pending if run.outcome(n) is not None and not run.passed([n])]
+            broken = [n for n in pending if n in self.regression
+                      and run.outcome(n) is not None and not run.passed([n])]
             unknown = [n for n in broken if n not in self.passed_before]
             if verdict.kind is not VerdictKind.REGRESSION or not unknown:
-                return self._decide(verdict)
+                return self._decide(verdict), result
             self._on_originals(candidate, functools.partial(self._check_before, unknown))
             if not set(unknown) & self.broken_before:
-                return self._decide(verdict)
+                return self._decide(verdict), result
             result = replace(result, outcomes=tuple(o for o in result.outcomes
                                                     if o.nodeid not in self.broken_before))
-            pending = tuple(n for n in self._kept() if run.outcome(n) is None)
-        return self._decide(self._judge(candidate, result, self._kept()))
+            pending, name, probe = tuple(n for n in self._kept() if run.outcome(n) is None), \
+                "regression", _PLAIN
+            if not pending:
+                return self._decide(self._judge(candidate, result, self._kept())), result
 
     def _check_before(self, nodeids: Sequence[str]) -> None:
         """Which of these regression tests pass on the original code."""
@@ -356,27 +400,34 @@ class Verifier:
             (self.passed_before if result.passed([nodeid]) else self.broken_before).add(nodeid)
 
     def _sensitivity(self, candidate: Mapping[str, str], passed: Verdict) -> Verdict:
-        """Poisoned reruns: NaN on a few failing tests, only the attributed kernel on the
-        first, then scrambled values; every check guarded (reach mode)."""
-        notes: list[str] = []
+        """Poisoned reruns, every check guarded (reach mode), run at the same time and
+        judged in order: NaN on a few failing tests, the first with only the kernel its
+        failed check reads poisoned, then scrambled values."""
         reps = self.sensitive
         sites = {n: self.sites.get(n, 0) for n in reps}
         before = {n: self.before(n) for n in reps}
-        for mode in POISON_MODES:
-            result = self._run(f"sensitivity ({mode})", reps,
-                               probe=ProbePlan(poison=mode, reach=True))
-            judgement = judge_poisoned(result, reps, mode, sites, before)
-            rejected = self._poisoned(judgement, result)
-            if rejected is not None:
-                return self._decide(rejected)
-            self._decide(Verdict(True, judgement.summary))
-            if judgement.state == UNMEASURED:
+        kernels = self.attributed(candidate)
+        runs = [(f"sensitivity ({mode})", reps, ProbePlan(poison=mode, reach=True))
+                for mode in POISON_MODES]
+        runs[1:1] = [(f"sensitivity (nan, only {kernel.rpartition('::')[2]})", (self.first,),
+                      ProbePlan(poison="nan", kernels=(kernel,), reach=True))
+                     for kernel in kernels]
+        results = dict(zip((name for name, _, _ in runs), self._together(runs), strict=True))
+        notes: list[str] = []
+        for (name, _, probe), result in zip(runs, results.values(), strict=True):
+            unmeasured = False
+            if probe.kernels:
+                verdict = self._per_kernel(result, probe.kernels[0], notes)
+            else:
+                judgement = judge_poisoned(result, reps, probe.poison, sites, before)
+                verdict = self._poisoned(judgement, result) or Verdict(True, judgement.summary)
+                unmeasured = judgement.state == UNMEASURED
+            self._decide(verdict, name)
+            if not verdict.ok:
+                return verdict
+            if unmeasured:  # nothing was poisoned: the other poisons measured nothing either
                 notes.append(judgement.summary)
-                break  # nothing was poisoned: another poison measures nothing either
-            if mode == "nan":
-                rejected = self._per_kernel(candidate, notes)
-                if rejected is not None:
-                    return rejected
+                break
         summary = passed.summary + (f"; {notes[0]}" if notes else
                                     "; the tests fail once the kernel's output is poisoned")
         return replace(passed, summary=summary, notes=passed.notes + tuple(notes[1:]))
@@ -415,6 +466,8 @@ class Verifier:
         if not line or outcome is None or outcome.probe is None:
             return ()
         kernels = list(dict.fromkeys(f.kernel for f in reversed(outcome.probe.fingerprints)))
+        if len(kernels) < 2:  # poisoning the one kernel is what the NaN rerun does already
+            return ()
 
         def find() -> None:
             for kernel in kernels[:_ATTRIBUTION_TRIES]:
@@ -429,27 +482,22 @@ class Verifier:
         self._on_originals(candidate, find)
         return self._attributed
 
-    def _per_kernel(self, candidate: Mapping[str, str], notes: list[str]) -> Verdict | None:
+    def _per_kernel(self, result: RerunResult, kernel: str, notes: list[str]) -> Verdict:
         """With only the attributed kernel poisoned, the first test's failed check must
         fail again; a kernel no longer launched is a note."""
-        for kernel in self.attributed(candidate):
-            name = kernel.rpartition("::")[2]
-            result = self._run(f"sensitivity (nan, only {name})", (self.first,),
-                               probe=ProbePlan(poison="nan", kernels=(kernel,), reach=True))
-            outcome = result.outcome(self.first)
-            if outcome is not None and outcome.probe is not None and not outcome.probe.poisoned:
-                notes.append(f"{name}, the kernel the failure was attributed to, wrote nothing "
-                             "the candidate's tests read (it is no longer launched, or its "
-                             "output is not used)")
-                self._decide(Verdict(True, "not launched"))
-                continue
-            judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel,
-                                     {self.first: self.before(self.first)})
-            if judgement.state == BYPASS:
-                return self._decide(Verdict(False, judgement.summary, judgement.feedback,
-                                            kind=VerdictKind.INSENSITIVE))
-            self._decide(Verdict(True, judgement.summary))
-        return None
+        name = kernel.rpartition("::")[2]
+        outcome = result.outcome(self.first)
+        if outcome is not None and outcome.probe is not None and not outcome.probe.poisoned:
+            notes.append(f"{name}, the kernel the failure was attributed to, wrote nothing the "
+                         "candidate's tests read (it is no longer launched, or its output is "
+                         "not used)")
+            return Verdict(True, "not launched")
+        judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel,
+                                 {self.first: self.before(self.first)})
+        if judgement.state == BYPASS:
+            return Verdict(False, judgement.summary, judgement.feedback,
+                           kind=VerdictKind.INSENSITIVE)
+        return Verdict(True, judgement.summary)
 
 
 def as_run(result: RerunResult) -> RerunResult:
