@@ -235,8 +235,9 @@ def test_a_gradient_from_the_forward_statistics_is_rejected_and_the_kernel_fix_h
     bug = only_bug(report)
     cheat, honest = bug["round_details"]
     assert "does not depend on backward_kernel" in cheat["outcome"], cheat["outcome"]
-    names = [phase["name"] for phase in cheat["phases"]]
-    assert names[-1] == "sensitivity (nan, only backward_kernel)"
+    (deciding,) = [phase["name"] for phase in cheat["phases"]
+                   if phase["outcome"] == "insensitive"]
+    assert deciding == "sensitivity (nan, only backward_kernel)"
     assert bug["status"] == "healed", honest["outcome"]
 
 
