@@ -19,6 +19,7 @@ from pytest_kernelfix.rerun.probes.checks import (
     RECORDER,
     CheckLog,
     failing_site,
+    guarded_module,
     site_line,
     wrap_checks,
 )
@@ -124,3 +125,14 @@ def test_a_guarded_module_behaves_as_before_when_every_check_passes(log: CheckLo
     log.start("/proj/tests/test_ok.py")
     assert namespace["test_ok"]() == 3  # type: ignore[operator]
     assert {line: (c.runs, c.failures) for line, c in log.sites.items()} == {5: (2, 0)}
+
+
+def test_only_test_modules_of_the_project_are_guarded() -> None:
+    """Everything else keeps pytest's cached rewrite (plugins, conftests, packages)."""
+    patterns = ("test_*.py", "*_test.py")
+    assert guarded_module("/proj/tests/test_ops.py", patterns, "/proj")
+    assert guarded_module("/proj/ops_test.py", patterns, "/proj")
+    assert not guarded_module("/proj/tests/conftest.py", patterns, "/proj")
+    assert not guarded_module("/proj/kernels/ops.py", patterns, "/proj")
+    assert not guarded_module("/venv/site-packages/hypothesis/test_x.py", patterns, "/proj")
+    assert not guarded_module(None, patterns, "/proj")

@@ -39,6 +39,8 @@ def test_the_first_representative_is_the_fastest_then_the_smallest() -> None:
     assert parameters(IDS[0]) == ("float32", "1024") and size(IDS[0]) == 1024
     assert first(IDS) == f"{TEST}::test_k[float32-16]"
     assert first(IDS, {IDS[5]: 0.01, **{n: 0.5 for n in IDS[:5]}}) == IDS[5]
+    two = {n: 2 for n in IDS}  # forward and backward kernels, but one test launches one
+    assert first(IDS, {n: 0.01 for n in IDS}, {**two, IDS[4]: 1}) == IDS[4]
     with pytest.raises(ValueError, match="no failing test"):
         first(())
 

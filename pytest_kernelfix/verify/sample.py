@@ -2,8 +2,10 @@
 run recorded.
 
 A parametrized bug fails the same way across shapes and dtypes. The *first*
-representative is the cheapest informative test: the fastest to run (the test run's own
-call duration), the smallest shape when durations tie or were not recorded. A candidate
+representative is the cheapest informative test: the one that launched the fewest
+kernels (a forward test before a forward-and-backward one: every failing test has the
+bug, and one kernel needs no attribution), then the fastest to run (the test run's own
+call duration), then the smallest shape. A candidate
 runs it first; only when it passes do the other failing tests run. The *sensitivity*
 representatives are few and diverse: each next one adds the most parameter values
 (dtypes, shapes, flags) not yet covered, so that the poisoned reruns see every kind of
@@ -43,14 +45,17 @@ def size(nodeid: str) -> int:
                for number in _NUMBER.findall(part))
 
 
-def first(nodeids: Sequence[str], durations: Mapping[str, float] | None = None) -> str:
-    """The failing test to run first: the fastest recorded, then the smallest, then the
-    first in order."""
+def first(nodeids: Sequence[str], durations: Mapping[str, float] | None = None,
+          kernels: Mapping[str, int] | None = None) -> str:
+    """The failing test to run first: the fewest kernels launched, then the fastest
+    recorded, then the smallest, then the first in order."""
     if not nodeids:
         raise ValueError("no failing test to choose from")
     durations = durations or {}
+    kernels = kernels or {}
     order = {nodeid: index for index, nodeid in enumerate(nodeids)}
-    return min(nodeids, key=lambda n: (durations.get(n, 0.0), size(n), order[n]))
+    return min(nodeids, key=lambda n: (kernels.get(n, 0), durations.get(n, 0.0), size(n),
+                                       order[n]))
 
 
 def diverse(nodeids: Sequence[str], start: str, count: int = SENSITIVITY_TESTS) -> tuple[str, ...]:

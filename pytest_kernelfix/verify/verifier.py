@@ -121,7 +121,10 @@ class Verifier:
             f.test_path for f in group.failures))
         self.sandbox = sandbox
         self.originals: Mapping[str, str] = {}
-        self.first = sample.first(self.nodeids, {f.nodeid: f.duration for f in group.failures})
+        self.first = sample.first(
+            self.nodeids, {f.nodeid: f.duration for f in group.failures},
+            {f.nodeid: len({(launch.file, launch.name) for launch in f.launches})
+             for f in group.failures})
         #: The line of the check each failing test failed at, on the original code.
         self.sites = {f.nodeid: failing_site([(fr.path, fr.lineno) for fr in f.error.frames],
                                              f.test_path) for f in group.failures}
@@ -182,14 +185,16 @@ class Verifier:
         results: list[RerunResult | None] = [None] * len(specs)
         errors: list[BaseException] = []
         seconds = [0.0] * len(specs)
+        slots = threading.Semaphore(max(1, self.setup.jobs))  # the cores reruns may use
 
         def run(index: int) -> None:
-            started = time.monotonic()
-            try:
-                results[index] = self.runner(specs[index])
-            except BaseException as error:  # re-raised in the caller's thread
-                errors.append(error)
-            seconds[index] = time.monotonic() - started
+            with slots:
+                started = time.monotonic()
+                try:
+                    results[index] = self.runner(specs[index])
+                except BaseException as error:  # re-raised in the caller's thread
+                    errors.append(error)
+                seconds[index] = time.monotonic() - started
 
         threads = [threading.Thread(target=run, args=(i,), name=f"kernelfix-probe-{i}",
                                     daemon=True) for i in range(len(specs))]

@@ -225,6 +225,18 @@ class CheckLog:
 # -- installing reach mode -----------------------------------------------------------------
 
 
+def guarded_module(path: str | os.PathLike[str] | None, patterns: Sequence[str],
+                   root: str) -> bool:
+    """A test module under ``root`` (``python_files``, not a conftest): the modules reach
+    mode rewrites with their checks guarded."""
+    if not path:
+        return False
+    path = os.path.abspath(path)
+    name = os.path.basename(path)
+    return (path.startswith(os.path.join(root, "")) and name != "conftest.py"
+            and any(fnmatch.fnmatch(name, pattern) for pattern in patterns))
+
+
 def reach_rewrite(patterns: Sequence[str], root: str, transformed: set[str]
                   ) -> Callable[..., Any]:
     """pytest's ``rewrite_asserts``, guarding check statements first in test modules
@@ -232,16 +244,12 @@ def reach_rewrite(patterns: Sequence[str], root: str, transformed: set[str]
     from _pytest.assertion import rewrite
 
     original = rewrite.rewrite_asserts
-    prefix = os.path.join(root, "")
 
     def rewrite_asserts(mod: ast.Module, source: bytes, module_path: str | None = None,
                         config: Any = None) -> None:
-        name = os.path.basename(module_path or "")
-        if (module_path and os.path.abspath(module_path).startswith(prefix)
-                and name != "conftest.py"
-                and any(fnmatch.fnmatch(name, pattern) for pattern in patterns)):
+        if guarded_module(module_path, patterns, root):
             wrap_checks(mod)
-            transformed.add(os.path.abspath(module_path))
+            transformed.add(os.path.abspath(str(module_path)))
         original(mod, source, module_path, config)
 
     rewrite_asserts.__wrapped__ = original  # type: ignore[attr-defined]
@@ -260,15 +268,29 @@ class ReachMode:
         self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
-        """Rewrite test modules with their checks guarded: pytest's rewriter, unshared
-        (the rerun server's cache holds plain rewrites) and never read from a pyc."""
+        """Rewrite test modules with their checks guarded: for them pytest's rewriter is
+        not shared through the rerun server's cache (which holds plain rewrites) and never
+        read from a pyc; every other module keeps both."""
         from _pytest.assertion import rewrite
 
-        plain = getattr(rewrite._rewrite_test, "rewrite", rewrite._rewrite_test)
+        shared = rewrite._rewrite_test
+        plain = getattr(shared, "rewrite", shared)
+        read_pyc = rewrite._read_pyc
+
+        def rewrite_test(fn: Any, config: Any) -> Any:
+            guarded = guarded_module(fn, self.patterns, self.root)
+            return (plain if guarded else shared)(fn, config)
+
+        def read(source: Any, pyc: Any, *args: Any, **kwargs: Any) -> Any:
+            if guarded_module(source, self.patterns, self.root):
+                return None
+            return read_pyc(source, pyc, *args, **kwargs)
+
         for owner, name, value in (
-            (rewrite, "rewrite_asserts", reach_rewrite(self.patterns, self.root, self.transformed)),
-            (rewrite, "_rewrite_test", plain),
-            (rewrite, "_read_pyc", lambda *args, **kwargs: None),
+            (rewrite, "rewrite_asserts", reach_rewrite(self.patterns, self.root,
+                                                       self.transformed)),
+            (rewrite, "_rewrite_test", rewrite_test),
+            (rewrite, "_read_pyc", read),
             (builtins, RECORDER, self.log),
         ):
             self._saved.append((owner, name, getattr(owner, name, None)))
