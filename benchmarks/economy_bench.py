@@ -14,15 +14,17 @@ shared: only ratios of one run mean anything):
 
 1. a plain ``pytest`` of the whole selection, and of its failing tests alone;
 2. ``pytest --kernelfix`` of the selection, a conftest hook answering the true fix at once
-   (model time is zero), once the exhaustive way (``--kernelfix-verify thorough
+   (model time is zero): with ``--baseline REV``, first with the plugin as it was at REV
+   (the "before"); then the exhaustive way (``--kernelfix-verify thorough
    --kernelfix-rerun-jobs 1``: every failing test at every step, one child per rerun) and
-   once the default way (staged, parallel children).
+   the default way (staged, parallel children).
 
 It prints, per bug and in total: the heal's seconds (report.json: triage and every rerun)
 divided by the plain run of the failing tests, the whole session divided by the plain run
 of the selection, and the test executions per verification phase.
 
-    .venv/bin/python benchmarks/economy_bench.py [--only norm,helper] [--keep DIR]
+    .venv/bin/python benchmarks/economy_bench.py [--only norm,helper] [--keep DIR] \
+        [--baseline REV]
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from integrity_bench import copy_liger, environment, replace_first
+from reach_bench import extract
 
 INI = """[pytest]
 pythonpath = .
@@ -184,11 +187,17 @@ def build(root: Path, bug: Bug) -> None:
     (root / "answer.json").write_text(json.dumps([[bug.path, bug.new, bug.old]]))
 
 
-def pytest_run(root: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+def pytest_run(root: Path, *args: str, plugin: Path | None = None
+               ) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """``pytest ARGS`` in ``root``, with the plugin from ``plugin`` when given."""
+    env = environment()
+    if plugin is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(plugin), *filter(None, [
+            env.get("PYTHONPATH")])])
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-         *args], cwd=root, env=environment(), capture_output=True, text=True, timeout=4 * 3600)
+         *args], cwd=root, env=env, capture_output=True, text=True, timeout=4 * 3600)
     return time.monotonic() - started, done
 
 
@@ -222,11 +231,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated bug names")
     parser.add_argument("--keep", type=Path, default=None, help="keep the projects here")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="also heal every bug with the plugin as it was at REV")
     args = parser.parse_args(argv)
     chosen = [b for b in BUGS if not args.only or b.name in args.only.split(",")]
     base = args.keep or Path(tempfile.mkdtemp(prefix="economy-"))
+    base.mkdir(parents=True, exist_ok=True)
+    modes: dict[str, tuple[tuple[str, ...], Path | None]] = {
+        mode: (options, None) for mode, options in MODES.items()}
+    if args.baseline:
+        modes = {f"before ({args.baseline[:7]})": ((), extract(args.baseline, base)), **modes}
     print(f"load average before: {os.getloadavg()}")
-    totals: dict[str, list[float]] = {mode: [0.0, 0.0, 0.0, 0.0] for mode in MODES}
+    totals: dict[str, list[float]] = {mode: [0.0, 0.0, 0.0, 0.0] for mode in modes}
     started = time.monotonic()
     for bug in chosen:
         root = base / bug.name
@@ -236,10 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n== {bug.name}: {len(failed)} of {total} selected tests fail; plain run of "
               f"the selection {plain_selection:.1f} s, of the failing tests "
               f"{plain_failing:.1f} s")
-        for mode, options in MODES.items():
+        for mode, (options, plugin) in modes.items():
             report_dir = root / ".kernelfix"
             session, done = pytest_run(root, "--kernelfix", "--kernelfix-rounds=1",
-                                       "--kernelfix-timeout=1200", *options, "tests")
+                                       "--kernelfix-timeout=1200", *options, "tests",
+                                       plugin=plugin)
             report = json.loads((report_dir / "report.json").read_text())
             bugs = report["bugs"]
             healed = sum(1 for b in bugs if b["status"] == "healed")
@@ -261,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             total_row[1] += plain_failing
             total_row[2] += session
             total_row[3] += plain_selection
-            (report_dir / "report.json").rename(root / f"report-{mode}.json")
+            (report_dir / "report.json").rename(root / f"report-{mode.split()[0]}.json")
     print("\n== total")
     for mode, (heal, plain_failing, session, plain_selection) in totals.items():
         print(f"  {mode:<10} heal / plain failing = {heal / plain_failing:.2f}x; session / plain "

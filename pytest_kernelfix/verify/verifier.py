@@ -177,9 +177,9 @@ class Verifier:
         return RerunSpec(setup or self.setup, self.sandbox.root, tuple(nodeids), probe=probe,
                          stop_early=stop_early)
 
-    def _together(self, runs: Sequence[tuple[str, Sequence[str], ProbePlan]]
-                  ) -> list[RerunResult]:
-        """Independent reruns of the candidate at the same time (each child is a process
+    def _together(self, runs: Sequence[tuple[str, Sequence[str], ProbePlan]], *,
+                  candidate: bool = True) -> list[RerunResult]:
+        """Independent reruns of the same code at the same time (each child is a process
         of its own), settled in the order given."""
         specs = [self._spec(name, nodeids, probe) for name, nodeids, probe in runs]
         results: list[RerunResult | None] = [None] * len(specs)
@@ -204,8 +204,9 @@ class Verifier:
             thread.join()
         if errors:
             raise errors[0]
-        return [self._settle(name, spec.nodeids, seconds[i], results[i])  # type: ignore[arg-type]
-                for i, ((name, _, _), spec) in enumerate(zip(runs, specs, strict=True))]
+        return [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
+                             candidate) for i, ((name, _, _), spec) in enumerate(
+                    zip(runs, specs, strict=True))]
 
     def _settle(self, name: str, nodeids: tuple[str, ...], seconds: float,
                 result: RerunResult, candidate: bool = True) -> RerunResult:
@@ -474,12 +475,13 @@ class Verifier:
         if len(kernels) < 2:  # poisoning the one kernel is what the NaN rerun does already
             return ()
 
-        def find() -> None:
-            for kernel in kernels[:_ATTRIBUTION_TRIES]:
-                result = self._run(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
-                                   probe=ProbePlan(poison="nan", kernels=(kernel,), reach=True),
-                                   candidate=False)
-                self._decide(Verdict(True, "measured"))
+        def find() -> None:  # every try at once; the last launched that reaches it wins
+            tries = kernels[:_ATTRIBUTION_TRIES]
+            results = self._together(
+                [(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
+                  ProbePlan(poison="nan", kernels=(kernel,), reach=True)) for kernel in tries],
+                candidate=False)
+            for kernel, result in zip(tries, results, strict=True):
                 if depends_on(result, self.first, line):
                     self._attributed = (kernel,)
                     return
