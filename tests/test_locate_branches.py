@@ -313,3 +313,22 @@ def test_a_launch_records_the_none_arguments_triton_specialises(
     assert without.constexprs == (("b_ptr", None), ("BLOCK", 16)) and without.exact
     with_bias = describe_launch(bias_kernel, (x, x), {"BLOCK": 16})
     assert with_bias.constexprs == (("BLOCK", 16),)
+
+
+def test_a_jit_function_in_an_indented_block_is_indexed_when_reach_needs_it() -> None:
+    index = parse_module(textwrap.dedent('''\
+        import triton
+
+        if triton is not None:
+            @triton.jit
+            def pick(x, K: tl.constexpr):
+                if K == 1:
+                    return one(x)
+                return two(x)
+        '''))
+    pick = index.find("pick")
+    assert pick is not None and pick.branching is not None
+    assert [use.name for use in pick.branching.uses if use.call and taken(use, (("K", 2),))] == [
+        "two"]
+    plain = parse_module("def plain(x):\n    return x\n").find("plain")
+    assert plain is not None and plain.branching is None

@@ -301,6 +301,21 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     mode_1 = next(n for n, line in enumerate(lines, 1) if line.startswith("_MODE_1"))
     assert f"{mode_1}: _MODE_1 = tl.constexpr(1)" in norm.outline
     assert "def calculate_settings(n):" in views["kernels/utils.py"].content
+    # tighter still: the pinned definitions go, the lowest scored first, before any
+    # launched kernel is cut
+    bare = Shape(header=False, constants=False)
+    outline = rendered_size(render_source("kernels/utils.py", UTILS, [], shape=bare))
+    both = rendered_size(render_source("kernels/norm.py", NORM, wanted["kernels/norm.py"],
+                                       shape=bare))
+    focus, views = fit_views(located, texts, both + outline)
+    assert focus["kernels/norm.py"] == ("norm_kernel", "norm_forward")
+    assert focus["kernels/utils.py"] == ()  # calculate_settings scored lower: it went first
+    assert "tl.store(y_ptr + row * n_cols + offsets, x * rstd, mask=mask)" in views[
+        "kernels/norm.py"].content
+    kernel = rendered_size(render_source("kernels/norm.py", NORM, ["norm_kernel"], shape=bare))
+    _, views = fit_views(located, texts, kernel + outline)
+    assert views["kernels/norm.py"].shown == ("norm_kernel",)
+    assert "tl.store(y_ptr + row * n_cols + offsets" in views["kernels/norm.py"].content
     # unpinned, the launching function would give way to the header instead
     unpinned = [replace(item, pinned=False) for item in located]
     _, views = fit_views(unpinned, texts, limit)

@@ -210,11 +210,17 @@ def _truth(node: ast.expr, env: Mapping[str, Any]) -> Any:
 def decide(condition: str, env: Env | Mapping[str, Scalar]) -> bool | None:
     """Whether ``condition`` (Python source) holds under the known values ``env``; None
     when it cannot be told."""
+    return _decided(condition, tuple(sorted(dict(env).items())))
+
+
+@functools.lru_cache(maxsize=16384)
+def _decided(condition: str, env: Env) -> bool | None:
+    """:func:`decide`, once per condition and values: a dispatcher's last branch is
+    guarded by every condition before it."""
     node = _expression(condition)
     if node is None:
         return None
-    values = {name: _known(value) for name, value in dict(env).items()}
-    truth = _truth(node, values)
+    truth = _truth(node, {name: _known(value) for name, value in env})
     return None if truth is UNKNOWN else bool(truth)
 
 

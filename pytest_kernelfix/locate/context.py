@@ -402,10 +402,11 @@ def fit_views(
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, SourceFile]]:
     """The focus per file and the views, together within ``limit``.
 
-    While over it, the views give up, largest first, in this order: whole files become
-    focused; focused ones leave out their import headers, then the constants their
-    definitions read, then their definitions from the last, those not pinned first,
-    then pinned ones but the launched kernels; last, the longest span is cut.
+    While over it, the views give up, in this order: whole files become focused (the
+    largest first); focused ones leave out their import headers, then the constants
+    their definitions read (the largest first); then definitions go to the outline
+    wherever they are, those not pinned first, the lowest scored first, never the
+    launched kernels; last, the longest span of the largest view is cut.
     """
     focus = choose_focus(located, texts, limit)
     ranks = _ranks(located)
@@ -431,17 +432,21 @@ def fit_views(
         for path in largest(focus):
             if excess() > 0:
                 show(path, focus[path], replace(shapes[path], **part))
-    for floor in (2, 1):  # keep the definitions ranked below ``floor``
-        for path in largest(focus):
-            keep = [name for name in focus[path] if ranks.get((path, name), 2) < floor]
-            while excess() > 0 and len(focus[path]) > max(len(keep), 1):
-                show(path, focus[path][:-1], shapes[path])
-    for path in largest(focus):
+    scores = {item.key: item.score for item in located}
+    yielding = sorted(((path, name) for path in focus for name in focus[path]
+                       if ranks.get((path, name), 2) > 0),
+                      key=lambda key: (-ranks.get(key, 2), scores.get(key, 0.0)))
+    for path, name in yielding:  # the lowest ranked first, wherever it is
+        if excess() > 0:
+            show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
+    for _ in range(len(focus)):
         over = excess()
-        if over > 0:
-            views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
-                                        shape=shapes[path],
-                                        limit=max(rendered_size(views[path]) - over, 1_000))
+        if over <= 0:
+            break
+        path = largest(focus)[0]
+        views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
+                                    shape=shapes[path],
+                                    limit=max(rendered_size(views[path]) - over, 1_000))
     return focus, views
 
 

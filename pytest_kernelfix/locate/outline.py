@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -81,11 +82,16 @@ class Definition:
     launches: tuple[str, ...] = ()
     feeds: tuple[str, ...] = ()
     sizes: tuple[str, ...] = ()
-    branching: Branching | None = None
+    source: str = ""  # a jit function's text, read for its branching when reach needs it
 
     @property
     def name(self) -> str:
         return self.qualname.rpartition(".")[2]
+
+    @property
+    def branching(self) -> Branching | None:
+        """A jit function's :class:`Branching` (indexed on first use, once per text)."""
+        return index_source(self.source) if self.jit else None
 
 
 @dataclass(frozen=True)
@@ -298,8 +304,21 @@ def index_branching(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Branching:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def index_source(source: str) -> Branching | None:
+    """The branching of a jit function's text, or None when it does not parse (then
+    every branch is followed)."""
+    try:
+        node = ast.parse(textwrap.dedent(source)).body[0]
+    except (SyntaxError, ValueError, IndexError):
+        return None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    return index_branching(node)
+
+
 def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind: str,
-              start: int) -> Definition:
+              start: int, lines: list[str]) -> Definition:
     """One walk over the function collects its names, calls, launches and bindings."""
     names: list[str] = []
     calls: list[str] = []
@@ -332,7 +351,7 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind:
         names=tuple(dict.fromkeys(names)),
         calls=tuple(dict.fromkeys(c for c in calls if c)),
         launches=launched, feeds=feeds, sizes=sizes,
-        branching=index_branching(node) if jit else None,
+        source="\n".join(lines[start - 1:node.end_lineno or node.lineno]) if jit else "",
     )
 
 
@@ -369,12 +388,13 @@ def parse_module(text: str) -> ModuleIndex:
         tree = ast.parse(text)
     except (SyntaxError, ValueError) as error:
         return ModuleIndex(error=f"{type(error).__name__}: {error}")
+    lines = text.splitlines()
     definitions: list[Definition] = []
     imports: list[tuple[str, Import]] = []
     import_lines: list[int] = []
     for node in _containers(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            definitions.append(_function(node, node.name, "function", _start(node)))
+            definitions.append(_function(node, node.name, "function", _start(node), lines))
         elif isinstance(node, ast.ClassDef):
             bases = ", ".join(ast.unparse(base) for base in node.bases)
             header = _short(f"class {node.name}({bases})" if bases else f"class {node.name}")
@@ -385,7 +405,7 @@ def parse_module(text: str) -> ModuleIndex:
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     definitions.append(_function(item, f"{node.name}.{item.name}", "method",
-                                                 _start(item)))
+                                                 _start(item), lines))
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]

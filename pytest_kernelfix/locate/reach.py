@@ -24,6 +24,7 @@ installed packages: the :class:`~pytest_kernelfix.project.Project` decides.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -300,7 +301,7 @@ class Reach:
                 envs = launched.get(key, [()])
             for values in envs:
                 visit = (*key, values, pinned)
-                if best.get(visit, -1.0) >= score:
+                if best.get(visit, -math.inf) >= score:
                     continue
                 best[visit] = score
                 counter += 1
