@@ -342,11 +342,15 @@ class Reach:
         """The jit functions ``definition`` calls when it runs with ``env``, and what
         each then knows: calls on branches the values rule out are not followed."""
         branching = definition.branching
+        targets: dict[str, tuple[str, Definition] | None] = {}
         for use in () if branching is None else branching.uses:
-            if not use.call or not taken(use, env):
+            if not use.call:
                 continue
-            target = self.resolve(path, use.name)
-            if target is not None and target[1].jit and target[1].branching is not None:
+            if use.name not in targets:  # tl.load(...) is called many times
+                target = self.resolve(path, use.name)
+                targets[use.name] = target if target is not None and target[1].jit else None
+            target = targets[use.name]
+            if target is not None and target[1].branching is not None and taken(use, env):
                 yield target[0], target[1], callee_env(use, target[1].branching, env)
 
     def _launch_envs(self, kernels: Sequence[tuple[str, Definition, Env]]) -> (
