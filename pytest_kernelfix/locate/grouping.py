@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
-from pytest_kernelfix.locate.branches import constexpr_env
+from pytest_kernelfix.locate.branches import Env, constexpr_env
 from pytest_kernelfix.locate.reach import Located, Reach, Seeds, rank_by_words, seeds_of
 from pytest_kernelfix.project import Project
 
@@ -62,18 +62,19 @@ def failure_seeds(failure: Failure, *, constexprs: bool = False) -> Seeds:
 
 
 def group_seeds(failures: Sequence[Failure]) -> Seeds:
-    """The seeds of one bug: the first failure's traceback, and the launches of all its
-    failures with their constexpr values, so that a jit function is followed on every
-    branch one of them took (and only those)."""
+    """The seeds of one bug: its first failure's, with the constexpr values every
+    failure launched the same kernels with, so that a jit function is followed on each
+    branch one of its tests took (and only those)."""
     first, *others = [failure_seeds(failure, constexprs=True) for failure in failures[:64]]
-    launches = dict.fromkeys(
-        pair for seeds in (first, *others)
-        for pair in zip(seeds.kernels, seeds.constexprs or [()] * len(seeds.kernels),
-                        strict=True))
+
+    def launched(seeds: Seeds) -> Iterable[tuple[tuple[str, int], Env]]:
+        return zip(seeds.kernels, seeds.constexprs or [()] * len(seeds.kernels), strict=True)
+
+    kernels = set(first.kernels)
+    launches = dict.fromkeys(pair for seeds in (first, *others) for pair in launched(seeds)
+                             if pair[0] in kernels)
     return replace(first, kernels=tuple(kernel for kernel, _ in launches),
-                   constexprs=tuple(values for _, values in launches),
-                   sites=tuple(dict.fromkeys(site for seeds in (first, *others)
-                                             for site in seeds.sites)))
+                   constexprs=tuple(values for _, values in launches))
 
 
 def editable_files(
