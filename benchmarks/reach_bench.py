@@ -8,15 +8,21 @@ project (nothing copied is committed) and lays them out the way many Triton libr
 are: liger's ``swiglu`` is split into a kernel module, a ``@triton.jit`` activation
 helper module and a wrapper module (``ops/swiglu_ops.py``); ``geglu``, ``rms_norm``
 (712 lines), ``softmax`` and ``cross_entropy`` (607 lines) stay whole, importing
-liger's ``ops/utils.py``. Its tests mark nothing ``kernel``: the ini sets
-``kernelfix_select = launched``.
+liger's ``ops/utils.py``. Two more modules are written here in the style of real
+activation libraries: twenty documented ``@triton.jit`` activations and their
+gradients behind a dispatcher on a ``tl.constexpr`` name (716 lines), and the kernel
+and wrapper that launch it, sizing the launch with liger's ``calculate_settings``. Its
+tests mark nothing ``kernel``: the ini sets ``kernelfix_select = launched``; the RMSNorm
+block-size bug is caught by tests that compare two paths through the same kernel
+(``assert torch.allclose(y1, y2)``), so its error names no file but the test.
 
 Each bug is injected into a fresh copy, and ``pytest --kernelfix`` runs that op's tests.
 The fixer is a conftest ``pytest_kernelfix_propose`` hook that can fix only what it is
 shown: it renders the prompt the model would get, and answers with the fix only when
 the faulty line is in it (else it answers with no edit, which is reported as the model
-declining). So a bug heals only when the plugin showed its code. Printed per bug: healed
-or not, whether the faulty line was in the first prompt, the first prompt's size
+declining). So a bug heals only when the plugin showed its code; a bug is counted
+wrong when its faulty line was not in the first prompt or it did not heal. Printed per
+bug: healed or not, whether the faulty line was in the first prompt, the first prompt's size
 (characters, and tokens counted with tiktoken's o200k_base, which litellm ships for
 offline use), rounds and seconds. Also measured in this run: the cost of recording a
 launch with and without its launch sites, and how long reach takes on liger's modules.
@@ -115,7 +121,217 @@ BUGS = (
         "ligerlite/ops/utils.py", "utils module (its own kernel)", "tests/test_cross_entropy.py",
         "        tl.store(X_ptrs, X_block * grad_output, mask=X_offsets < n_cols)",
         "        tl.store(X_ptrs, X_block * grad_output * 0.5, mask=X_offsets < n_cols)"),
+    Bug("silu-dispatcher", "numerics in a jit helper behind a constexpr dispatcher",
+        "ligerlite/ops/activation_fns.py", "jit helper module (20 activations)",
+        "tests/test_activation.py",
+        "    return xf / (1.0 + tl.exp(-xf))", "    return xf / (1.0 + tl.exp(xf))"),
+    Bug("rms-norm-block-size", "block size halved in a utils helper, two paths compared",
+        "ligerlite/ops/utils.py", "utils module", "tests/test_rms_norm_paths.py",
+        "    BLOCK_SIZE = triton.next_power_of_2(n)\n",
+        "    BLOCK_SIZE = triton.next_power_of_2(n) // 2\n"),
 )
+
+#: Twenty activations as (name, what the docstrings call it, forward body, gradient body),
+#: from which :func:`activation_fns` writes a long module the way Triton activation
+#: libraries are written (attorch's ``act_kernels.py``): a documented ``@triton.jit``
+#: function and its gradient per activation, and a dispatcher on a constexpr name.
+ACTIVATIONS = (
+    ("relu", "ReLU", "return tl.maximum(x, 0.0)", "return tl.where(x > 0.0, dy, 0.0)"),
+    ("relu6", "ReLU6", "return tl.minimum(tl.maximum(x, 0.0), 6.0)",
+     "return tl.where((x > 0.0) & (x < 6.0), dy, 0.0)"),
+    ("squared_relu", "squared ReLU", "r = tl.maximum(x, 0.0)\nreturn r * r",
+     "return 2.0 * tl.maximum(x, 0.0) * dy"),
+    ("leaky_relu", "leaky ReLU", "return tl.where(x >= 0.0, x, x * LEAKY_SLOPE)",
+     "return tl.where(x >= 0.0, dy, dy * LEAKY_SLOPE)"),
+    ("elu", "ELU", "return tl.where(x > 0.0, x, tl.exp(tl.minimum(x, 0.0)) - 1.0)",
+     "return tl.where(x > 0.0, dy, dy * tl.exp(tl.minimum(x, 0.0)))"),
+    ("selu", "SELU",
+     "negative = (tl.exp(tl.minimum(x, 0.0)) - 1.0) * SELU_ALPHA\n"
+     "return tl.where(x > 0.0, x, negative) * SELU_SCALE",
+     "negative = tl.exp(tl.minimum(x, 0.0)) * SELU_ALPHA\n"
+     "return tl.where(x > 0.0, dy, dy * negative) * SELU_SCALE"),
+    ("sigmoid", "sigmoid", "return tl.sigmoid(x)",
+     "s = tl.sigmoid(x)\nreturn dy * s * (1.0 - s)"),
+    ("hard_sigmoid", "hard sigmoid", "return tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0",
+     "return tl.where((x > -3.0) & (x < 3.0), dy / 6.0, 0.0)"),
+    ("silu", "SiLU",
+     "# x * sigmoid(x), written out so the division is done once in fp32\n"
+     "xf = x.to(tl.float32)\nreturn xf / (1.0 + tl.exp(-xf))",
+     "s = tl.sigmoid(x)\nreturn dy * s * (1.0 + x * (1.0 - s))"),
+    ("hard_swish", "hard swish", "return x * hard_sigmoid(x)",
+     "inside = dy * (2.0 * x + 3.0) / 6.0\n"
+     "return tl.where(x < -3.0, 0.0, tl.where(x > 3.0, dy, inside))"),
+    ("gelu", "GELU (exact, with erf)", "return 0.5 * x * (1.0 + tl.erf(x * INV_SQRT_2))",
+     "cdf = 0.5 * (1.0 + tl.erf(x * INV_SQRT_2))\npdf = tl.exp(-0.5 * x * x) * INV_SQRT_2PI\n"
+     "return dy * (cdf + x * pdf)"),
+    ("gelu_tanh", "GELU (tanh approximation)",
+     "inner = (x + 0.044715 * x * x * x) * SQRT_2_OVER_PI\nreturn 0.5 * x * (1.0 + _tanh(inner))",
+     "t = _tanh((x + 0.044715 * x * x * x) * SQRT_2_OVER_PI)\n"
+     "d_inner = (1.0 + 0.134145 * x * x) * SQRT_2_OVER_PI\n"
+     "return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner)"),
+    ("quick_gelu", "quick GELU", "return x * tl.sigmoid(1.702 * x)",
+     "s = tl.sigmoid(1.702 * x)\nreturn dy * (s + 1.702 * x * s * (1.0 - s))"),
+    ("tanh", "tanh", "return _tanh(x)", "t = _tanh(x)\nreturn dy * (1.0 - t * t)"),
+    ("hard_tanh", "hard tanh", "return tl.minimum(tl.maximum(x, -1.0), 1.0)",
+     "return tl.where((x > -1.0) & (x < 1.0), dy, 0.0)"),
+    ("softplus", "softplus", "return _softplus(x)",
+     "return tl.where(x > SOFTPLUS_THRESHOLD, dy, dy * tl.sigmoid(x))"),
+    ("softsign", "softsign", "return x / (1.0 + tl.abs(x))",
+     "d = 1.0 + tl.abs(x)\nreturn dy / (d * d)"),
+    ("mish", "Mish", "return x * _tanh(_softplus(x))",
+     "t = _tanh(_softplus(x))\nreturn dy * (t + x * tl.sigmoid(x) * (1.0 - t * t))"),
+    ("log_sigmoid", "log-sigmoid", "return -_softplus(-x)", "return dy * tl.sigmoid(-x)"),
+    ("identity", "the identity", "return x", "return dy"),
+)
+
+ACTIVATION_HEADER = '''\
+"""Elementwise activations for Triton kernels, one ``@triton.jit`` function each.
+
+``apply_activation(x, ACTIVATION)`` dispatches on a ``tl.constexpr`` name, so a kernel
+compiles only the activation it is launched with; ``apply_activation_grad`` does the
+same for the backward pass. Every function takes and returns fp32 blocks.
+"""
+
+import triton
+import triton.language as tl
+
+SQRT_2_OVER_PI: tl.constexpr = tl.constexpr(0.7978845608028654)
+INV_SQRT_2: tl.constexpr = tl.constexpr(0.7071067811865476)
+INV_SQRT_2PI: tl.constexpr = tl.constexpr(0.3989422804014327)
+SELU_ALPHA: tl.constexpr = tl.constexpr(1.6732632423543772)
+SELU_SCALE: tl.constexpr = tl.constexpr(1.0507009873554805)
+LEAKY_SLOPE: tl.constexpr = tl.constexpr(0.01)
+SOFTPLUS_THRESHOLD: tl.constexpr = tl.constexpr(20.0)
+
+
+@triton.jit
+def _tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _softplus(x):
+    # log(1 + exp(x)), linear above the threshold like torch
+    safe = tl.minimum(x, SOFTPLUS_THRESHOLD)
+    return tl.where(x > SOFTPLUS_THRESHOLD, x, tl.log(1.0 + tl.exp(safe)))
+'''
+
+_INPUT_DOC = "x: Input. The input must be loaded and cannot be a pointer."
+_GRAD_DOC = "dy: Output gradients. They must be loaded and cannot be a pointer."
+
+
+def _jit(signature: str, doc: list[str], body: str) -> str:
+    lines = ["@triton.jit", f"def {signature}:", '    """']
+    lines += [f"    {line}".rstrip() for line in doc] + ['    """']
+    lines += [f"    {line}" for line in body.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def _dispatcher(signature: str, target: str, call: str) -> str:
+    lines = ["@triton.jit", f"def {signature}:"]
+    for index, (name, *_rest) in enumerate(ACTIVATIONS[:-1]):
+        test = f'ACTIVATION == "{name}"' + (' or ACTIVATION == "swish"' if name == "silu"
+                                           else "")
+        lines += [f"    {'if' if index == 0 else 'elif'} {test}:",
+                  f"        {target} = {name}{call}"]
+    lines += ["    else:", f"        {target} = identity{call}", f"    return {target}"]
+    return "\n".join(lines) + "\n"
+
+
+def activation_fns() -> str:
+    """The long activation module: twenty documented activations, their gradients and
+    the two dispatchers."""
+    parts = [ACTIVATION_HEADER]
+    for name, title, forward, grad in ACTIVATIONS:
+        parts.append(_jit(f"{name}(x)", [f"Applies {title} to the input.", "", "Args:",
+                                         f"    {_INPUT_DOC}", "", "Returns:",
+                                         f"    Input transformed by {title}."], forward))
+        parts.append(_jit(f"{name}_grad(x, dy)",
+                          [f"Calculates the gradient of {title}.", "", "Args:",
+                           f"    {_INPUT_DOC}", f"    {_GRAD_DOC}", "", "Returns:",
+                           f"    Gradient of {title} with respect to the input."], grad))
+    parts.append(_dispatcher("apply_activation(x, ACTIVATION: tl.constexpr)", "y", "(x)"))
+    parts.append(_dispatcher("apply_activation_grad(x, dy, ACTIVATION: tl.constexpr)", "dx",
+                             "_grad(x, dy)"))
+    return "\n\n".join(parts)
+
+
+#: The kernel that applies one activation per launch, and its wrapper.
+ACTIVATION = '''\
+import torch
+import triton
+import triton.language as tl
+
+from ligerlite.ops.activation_fns import apply_activation, apply_activation_grad
+from ligerlite.ops.utils import calculate_settings
+
+
+@triton.jit
+def _activation_forward_kernel(
+    x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols,
+    ACTIVATION: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = apply_activation(x, ACTIVATION)
+    tl.store(y_ptr + row * y_row_stride + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _activation_backward_kernel(
+    x_ptr, dy_ptr, dx_ptr, row_stride, n_cols,
+    ACTIVATION: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_cols
+    x = tl.load(x_ptr + row * row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    dx = apply_activation_grad(x, dy, ACTIVATION)
+    tl.store(dx_ptr + row * row_stride + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def activation_forward(x, activation):
+    shape = x.shape
+    x = x.reshape(-1, shape[-1]).contiguous()
+    n_rows, n_cols = x.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    y = torch.empty_like(x)
+    _activation_forward_kernel[(n_rows,)](
+        x, y, x.stride(0), y.stride(0), n_cols,
+        ACTIVATION=activation, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps,
+    )
+    return y.view(*shape)
+
+
+def activation_backward(x, dy, activation):
+    shape = x.shape
+    x = x.reshape(-1, shape[-1]).contiguous()
+    dy = dy.reshape(-1, shape[-1]).contiguous()
+    n_rows, n_cols = x.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    dx = torch.empty_like(x)
+    _activation_backward_kernel[(n_rows,)](
+        x, dy, dx, x.stride(0), n_cols,
+        ACTIVATION=activation, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps,
+    )
+    return dx.view(*shape)
+
+
+class LigerActivationFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, activation):
+        ctx.save_for_backward(x)
+        ctx.activation = activation
+        return activation_forward(x, activation)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return activation_backward(x, dy, ctx.activation), None
+'''
 
 TESTS = {
     "tests/test_swiglu.py": '''\
@@ -205,6 +421,154 @@ TESTS = {
             (loss * 2.0).backward()
             (ref * 2.0).backward()
             torch.testing.assert_close(logits.grad, ref_logits.grad)
+        ''',
+    "tests/test_activation.py": '''\
+        import pytest
+        import torch
+        import torch.nn.functional as F
+
+        from ligerlite.ops.activation import LigerActivationFunction
+
+        REFERENCES = {
+            "identity": lambda x: x,
+            "relu": F.relu,
+            "relu6": F.relu6,
+            "squared_relu": lambda x: F.relu(x) ** 2,
+            "leaky_relu": lambda x: F.leaky_relu(x, 0.01),
+            "elu": F.elu,
+            "selu": F.selu,
+            "sigmoid": torch.sigmoid,
+            "hard_sigmoid": F.hardsigmoid,
+            "silu": F.silu,
+            "hard_swish": F.hardswish,
+            "gelu": F.gelu,
+            "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+            "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+            "tanh": torch.tanh,
+            "hard_tanh": F.hardtanh,
+            "softplus": F.softplus,
+            "softsign": F.softsign,
+            "mish": F.mish,
+            "log_sigmoid": F.logsigmoid,
+        }
+
+
+        @pytest.mark.parametrize("dtype", [torch.float32], ids=["float32"])
+        @pytest.mark.parametrize("act", sorted(REFERENCES))
+        def test_act(act, dtype):
+            torch.manual_seed(0)
+            x = torch.randn(4, 64, device="cuda", dtype=dtype) * 3
+            torch.testing.assert_close(LigerActivationFunction.apply(x, act),
+                                       REFERENCES[act](x), rtol=1e-4, atol=1e-5)
+
+
+        @pytest.mark.parametrize("act", sorted(REFERENCES))
+        def test_act_grad(act):
+            torch.manual_seed(0)
+            x = (torch.randn(4, 64, device="cuda") * 3).requires_grad_()
+            ref = x.detach().clone().requires_grad_()
+            dy = torch.randn(4, 64, device="cuda")
+            LigerActivationFunction.apply(x, act).backward(dy)
+            REFERENCES[act](ref).backward(dy)
+            torch.testing.assert_close(x.grad, ref.grad, rtol=1e-4, atol=1e-4)
+
+
+        def test_swish_is_another_name_for_silu():
+            torch.manual_seed(0)
+            x = torch.randn(4, 64, device="cuda")
+            torch.testing.assert_close(LigerActivationFunction.apply(x, "swish"),
+                                       LigerActivationFunction.apply(x, "silu"))
+
+
+        def test_an_unknown_name_is_the_identity():
+            torch.manual_seed(0)
+            x = torch.randn(4, 64, device="cuda")
+            torch.testing.assert_close(LigerActivationFunction.apply(x, "no_such_act"), x)
+
+
+        @pytest.mark.parametrize("cols", [1, 31, 100, 1000])
+        @pytest.mark.parametrize("act", ["relu", "gelu_tanh", "softplus"])
+        def test_rows_of_any_length(act, cols):
+            # the block is the next power of two: the tail of each row is masked
+            torch.manual_seed(0)
+            x = torch.randn(3, cols, device="cuda") * 3
+            torch.testing.assert_close(LigerActivationFunction.apply(x, act),
+                                       REFERENCES[act](x), rtol=1e-4, atol=1e-5)
+
+
+        def test_a_batch_of_sequences_keeps_its_shape():
+            torch.manual_seed(0)
+            x = torch.randn(2, 5, 64, device="cuda")
+            y = LigerActivationFunction.apply(x, "mish")
+            assert y.shape == x.shape
+            torch.testing.assert_close(y, F.mish(x), rtol=1e-4, atol=1e-5)
+        ''',
+    "tests/test_rms_norm_paths.py": '''\
+        """RMSNorm invariances: two paths through the same kernel must agree.
+
+        The mean square of a row repeated twice is the mean square of the row, so the
+        first half of the normalised repeated row is the normalised row; a Gemma offset
+        is a weight shifted by one. Only the row length differs between the two paths.
+        """
+
+        import pytest
+        import torch
+
+        from ligerlite.ops.rms_norm import LigerRMSNormFunction
+
+        EPS = 1e-6
+        SHAPES = [(2, 4, 64), (1, 3, 96), (2, 1, 200), (4, 2, 128)]
+        DTYPES = [(torch.float32, 1e-5, 1e-5)]
+
+
+        def rms_norm(x, w, offset=0.0, casting_mode="llama", in_place=False):
+            """The Liger kernel on a (batch, seq, hidden) input."""
+            return LigerRMSNormFunction.apply(x, w, EPS, offset, casting_mode, in_place)
+
+
+        def make_inputs(bs, sl, hd, dtype, seed=0):
+            """Inputs on the test device, from a seeded generator."""
+            generator = torch.Generator().manual_seed(seed)
+            x = torch.randn(bs, sl, hd, generator=generator, dtype=dtype)
+            w = torch.randn(hd, generator=generator, dtype=dtype)
+            return x.to("cuda"), w.to("cuda")
+
+
+        def repeated(x, w):
+            """The input and weight with every row repeated twice along the hidden size."""
+            return torch.cat([x, x], dim=-1), torch.cat([w, w])
+
+
+        @pytest.mark.parametrize("bs, sl, hd", SHAPES)
+        @pytest.mark.parametrize("dtype, atol, rtol", DTYPES)
+        def test_a_row_repeated_twice_normalises_like_the_row(bs, sl, hd, dtype, atol, rtol):
+            x, w = make_inputs(bs, sl, hd, dtype)
+            y1 = rms_norm(x, w)
+            # the same kernel on rows twice as long: the mean square does not change
+            y2 = rms_norm(*repeated(x, w))[..., :hd]
+            assert torch.allclose(y1, y2, atol=atol, rtol=rtol)
+
+
+        @pytest.mark.parametrize("bs, sl, hd", SHAPES[:2])
+        @pytest.mark.parametrize("dtype, atol, rtol", DTYPES)
+        def test_a_gemma_offset_is_a_weight_shifted_by_one(bs, sl, hd, dtype, atol, rtol):
+            x, w = make_inputs(bs, sl, hd, dtype, seed=1)
+            y1 = rms_norm(x, w, offset=1.0, casting_mode="gemma")
+            x2, w2 = repeated(x, w + 1.0)
+            y2 = rms_norm(x2, w2, casting_mode="gemma")[..., :hd]
+            assert torch.allclose(y1, y2, atol=atol, rtol=rtol)
+
+
+        def test_an_unknown_casting_mode_is_refused():
+            x, w = make_inputs(1, 2, 64, torch.float32)
+            with pytest.raises(AssertionError, match="Invalid casting mode"):
+                rms_norm(x, w, casting_mode="mistral")
+
+
+        def test_the_weight_must_match_the_hidden_size():
+            x, w = make_inputs(1, 2, 64, torch.float32)
+            with pytest.raises(AssertionError, match="Incompatible hidden size"):
+                rms_norm(x, w[:32])
         ''',
 }
 
@@ -302,6 +666,8 @@ def build_project(root: Path, liger: Path) -> None:
     files["ligerlite/ops/swiglu_ops.py"] = (
         "\n".join(header) + f"\n\nfrom ligerlite.ops.swiglu import {names}\n\n\n"
         + "\n\n\n".join(rest) + "\n")
+    files["ligerlite/ops/activation_fns.py"] = activation_fns()
+    files["ligerlite/ops/activation.py"] = ACTIVATION
     for name, text in TESTS.items():
         files[name] = textwrap.dedent(text)
     for name, text in files.items():
@@ -512,9 +878,12 @@ def extract(rev: str, work: Path) -> Path:
 
 def summary(label: str, outcomes: list[Outcome]) -> None:
     outside = [o for o in outcomes if o.bug.where != "kernel module"]
+    wrong = [o.bug.name for o in outcomes if not (o.shown and o.healed)]
     print(f"{label}: healed {sum(o.healed for o in outcomes)} / {len(outcomes)} "
           f"({sum(o.healed for o in outside)} / {len(outside)} outside the kernel's module); "
-          f"faulty code in the first prompt {sum(o.shown for o in outcomes)} / {len(outcomes)}")
+          f"faulty code in the first prompt {sum(o.shown for o in outcomes)} / {len(outcomes)}; "
+          f"wrong (not shown or not healed) {len(wrong)}" + (f": {', '.join(wrong)}" if wrong
+                                                            else ""))
     sizes = [o.prompt_chars for o in outcomes if o.prompt_chars]
     tokens = [o.prompt_tokens for o in outcomes if o.prompt_tokens > 0]
     if sizes:

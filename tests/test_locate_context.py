@@ -8,6 +8,7 @@ wrapper is in the traceback) and with machine paths replaced by ``/home/dev/proj
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
@@ -21,13 +22,17 @@ from pytest_kernelfix.fixers.prompting import prompt_chars, render_messages
 from pytest_kernelfix.locate.context import (
     PROMPT_BUDGET,
     BugContext,
+    Shape,
     SourceFile,
     build_context,
     current_kernel_lines,
+    fit_views,
     map_line,
     render_source,
+    rendered_size,
 )
 from pytest_kernelfix.locate.grouping import group_failures
+from pytest_kernelfix.locate.reach import Located, Reach, Seeds
 from pytest_kernelfix.project import Project
 
 LOG = (Path(__file__).parent / "logs" / "interpreter_wrapped.txt").read_text()
@@ -179,3 +184,140 @@ def test_a_kernel_longer_than_the_budget_is_cut_and_still_fits(tmp_path: Path) -
     assert big.shown == ("the_kernel",) and "def the_kernel(" in big.content
     assert "line 1499" not in big.content  # the tail of the kernel is cut
     assert any("def the_kernel" in line for line in big.outline)  # and said so
+
+
+#: A norm module the way real ones start: a long import header and constants, then the
+#: kernel, its launching wrapper and more definitions; the block size comes from utils.
+NORM_HEADER = "\n".join(
+    ["import math", "import operator", "", "import torch", "import triton",
+     "import triton.language as tl", ""]
+    + [f"from kernels.utils import helper_{i}  # used elsewhere in the module" for i in range(24)]
+    + ["from kernels.utils import alloc_output, calculate_settings", ""]
+    + [f"_MODE_{i}: tl.constexpr = tl.constexpr({i})  # casting mode {i}" for i in range(8)]
+)
+NORM = NORM_HEADER + '''
+
+
+@triton.jit
+def norm_kernel(y_ptr, x_ptr, n_cols, eps, MODE: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_cols
+    x = tl.load(x_ptr + row * n_cols + offsets, mask=mask, other=0.0).to(tl.float32)
+    if MODE == _MODE_1:
+        x = x * 1.0
+    elif MODE == _MODE_2:
+        x = x * 1.0
+    mean_square = tl.sum(x * x, axis=0) / n_cols
+    rstd = 1.0 / tl.sqrt(mean_square + eps)
+    tl.store(y_ptr + row * n_cols + offsets, x * rstd, mask=mask)
+
+
+def norm_forward(x, eps, mode):
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    n_rows, n_cols = x.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    y = alloc_output(x)
+    norm_kernel[(n_rows,)](
+        y, x, n_cols, eps, mode,
+        BLOCK_SIZE=BLOCK_SIZE,
+        num_warps=num_warps,
+    )
+    return y.view(*shape)
+''' + "".join(f"\n\ndef unrelated_{i}(x):\n    y = x + {i}\n    return y * {i}\n"
+              for i in range(30))
+
+UTILS = '''\
+import torch
+import triton
+
+
+def calculate_settings(n):
+    BLOCK_SIZE = triton.next_power_of_2(n)
+    num_warps = 4 if BLOCK_SIZE < 2048 else 8
+    return BLOCK_SIZE, num_warps
+
+
+def alloc_output(x):
+    return torch.empty_like(x)
+''' + "".join(f"\n\ndef helper_{i}(x):\n    y = x - {i}\n    return y / {i + 1}\n"
+              for i in range(30))
+
+
+def _norm_project(root: Path) -> tuple[Project, tuple[Located, ...]]:
+    (root / "kernels").mkdir()
+    (root / "kernels" / "norm.py").write_text(NORM)
+    (root / "kernels" / "utils.py").write_text(UTILS)
+    norm = root / "kernels" / "norm.py"
+    lines = NORM.splitlines()
+    kernel = next(n for n, line in enumerate(lines, 1) if line.startswith("def norm_kernel"))
+    launch = next(n for n, line in enumerate(lines, 1) if "norm_kernel[(n_rows,)]" in line)
+    project = Project(root)
+    seeds = Seeds(kernels=((str(norm), kernel),), sites=(((str(norm), launch, "norm_forward"),),),
+                  constexprs=((("MODE", 0), ("BLOCK_SIZE", 64)),))
+    return project, Reach(project).locate(seeds)
+
+
+def test_the_launching_function_and_its_block_size_helper_are_pinned(tmp_path: Path) -> None:
+    _, located = _norm_project(tmp_path)
+    pinned = {item.qualname for item in located if item.pinned}
+    assert pinned == {"norm_forward", "calculate_settings"}  # not what allocates y
+    assert "alloc_output" in {item.qualname for item in located}
+
+
+def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
+    tmp_path: Path,
+) -> None:
+    _, located = _norm_project(tmp_path)
+    texts = {"kernels/norm.py": NORM, "kernels/utils.py": UTILS}
+    wanted = {"kernels/norm.py": ["norm_kernel", "norm_forward"],
+              "kernels/utils.py": ["calculate_settings"]}
+
+    def size(shape: Shape) -> int:
+        return sum(rendered_size(render_source(path, texts[path], symbols, shape=shape))
+                   for path, symbols in wanted.items())
+
+    lean, full = size(Shape(header=False, constants=False)), size(Shape())
+    limit = (lean + full) // 2  # room for the definitions, not for the header too
+    focus, views = fit_views(located, texts, limit)
+    assert sum(rendered_size(view) for view in views.values()) <= limit
+    norm, utils = views["kernels/norm.py"], views["kernels/utils.py"]
+    assert norm.shown[:2] == ("norm_kernel", "norm_forward")
+    assert "def norm_forward(x, eps, mode):" in norm.content
+    assert "    return y.view(*shape)" in norm.content  # in full
+    assert "calculate_settings" in utils.shown
+    assert "    BLOCK_SIZE = triton.next_power_of_2(n)" in utils.content
+    assert "import operator" not in norm.content  # the header gave way
+    lines = NORM.splitlines()
+    imports = max(n for n, line in enumerate(lines, 1) if line.startswith("from kernels"))
+    assert norm.outline[0] == f"1-{imports}: imports"
+    assert "_MODE_1: tl.constexpr = tl.constexpr(1)" in norm.content  # read, and it fits
+    assert focus["kernels/norm.py"][:2] == ("norm_kernel", "norm_forward")
+    # tighter: the constants give way too, each left as one outline line
+    _, views = fit_views(located, texts, lean + 100)
+    norm = views["kernels/norm.py"]
+    assert "    return y.view(*shape)" in norm.content and "_MODE_1: tl" not in norm.content
+    mode_1 = next(n for n, line in enumerate(lines, 1) if line.startswith("_MODE_1"))
+    assert f"{mode_1}: _MODE_1 = tl.constexpr(1)" in norm.outline
+    assert "def calculate_settings(n):" in views["kernels/utils.py"].content
+    # tighter still: the pinned definitions go, the lowest scored first, before any
+    # launched kernel is cut
+    bare = Shape(header=False, constants=False)
+    outline = rendered_size(render_source("kernels/utils.py", UTILS, [], shape=bare))
+    both = rendered_size(render_source("kernels/norm.py", NORM, wanted["kernels/norm.py"],
+                                       shape=bare))
+    focus, views = fit_views(located, texts, both + outline)
+    assert focus["kernels/norm.py"] == ("norm_kernel", "norm_forward")
+    assert focus["kernels/utils.py"] == ()  # calculate_settings scored lower: it went first
+    assert "tl.store(y_ptr + row * n_cols + offsets, x * rstd, mask=mask)" in views[
+        "kernels/norm.py"].content
+    kernel = rendered_size(render_source("kernels/norm.py", NORM, ["norm_kernel"], shape=bare))
+    _, views = fit_views(located, texts, kernel + outline)
+    assert views["kernels/norm.py"].shown == ("norm_kernel",)
+    assert "tl.store(y_ptr + row * n_cols + offsets" in views["kernels/norm.py"].content
+    # unpinned, the launching function would give way to the header instead
+    unpinned = [replace(item, pinned=False) for item in located]
+    _, views = fit_views(unpinned, texts, limit)
+    assert "def norm_forward(x, eps, mode):" not in views["kernels/norm.py"].content
+    assert "import operator" in views["kernels/norm.py"].content

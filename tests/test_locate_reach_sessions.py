@@ -161,6 +161,82 @@ def test_a_bug_in_each_module_heals_in_an_unmarked_suite(
     assert git_apply_check(pytester.path, patch).returncode == 0
 
 
+#: A dispatcher on a constexpr name over activations in a long module, and its kernel:
+#: a launch with ``ACT="silu"`` runs only the silu branch.
+ACTS = ("relu", "gelu", "silu", "tanh", "softsign")
+ACT_HELPERS = "import triton\nimport triton.language as tl\n" + FILLER.replace(
+    "unrelated_", "spare_") + "".join(
+    f"\n\n@triton.jit\ndef {name}(x):\n    return {body}\n" for name, body in zip(ACTS, (
+        "tl.maximum(x, 0.0)", "0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))",
+        "x * tl.sigmoid(x)", "2.0 * tl.sigmoid(2.0 * x) - 1.0", "x / (1.0 + tl.abs(x))"),
+        strict=True)) + "\n\n@triton.jit\ndef activate(x, KIND: tl.constexpr):\n" + "".join(
+    f"    {'if' if i == 0 else 'elif'} KIND == \"{name}\":\n        y = {name}(x)\n"
+    for i, name in enumerate(ACTS)) + "    else:\n        y = x\n    return y\n"
+
+ACT_OPS = '''\
+import torch
+import triton
+import triton.language as tl
+
+from kernels.acts import activate
+
+
+@triton.jit
+def act_kernel(x_ptr, y_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, activate(x, ACT), mask=offs < n)
+
+
+def act(x, name):
+    y = torch.empty_like(x)
+    act_kernel[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), ACT=name, BLOCK=64)
+    return y
+'''
+
+ACT_TESTS = '''\
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ops.act import act
+
+REFERENCES = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh,
+              "softsign": F.softsign}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_act(name):
+    x = torch.linspace(-3, 3, 100)
+    torch.testing.assert_close(act(x, name), REFERENCES[name](x), rtol=1e-4, atol=1e-5)
+'''
+
+
+def test_a_helper_behind_a_constexpr_dispatcher_is_shown_and_its_siblings_are_not(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good, bad = "    return x * tl.sigmoid(x)\n", "    return x * tl.sigmoid(x * 0.5)\n"
+    files = {"kernels/__init__.py": "", "kernels/acts.py": ACT_HELPERS.replace(good, bad),
+             "ops/__init__.py": "", "ops/act.py": ACT_OPS, "tests/test_act.py": ACT_TESTS,
+             "conftest.py": CONFTEST, "pytest.ini": INI}
+    for name, text in files.items():
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / name).write_text(text)
+    monkeypatch.setenv("KERNELFIX_TEST_BUG", json.dumps(
+        {"file": "kernels/acts.py", "bad": bad, "good": good}))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelfix", "--kernelfix-select=launched",
+        "--kernelfix-rounds=2")
+    result.assert_outcomes(failed=1, passed=len(ACTS) - 1)
+    (report,) = report_of(pytester.path)["bugs"]
+    assert report["status"] == "healed", (report["reason"], report["round_details"])
+    assert report["changed_files"] == ["kernels/acts.py"] and report["rounds"] == 1
+    shown = report["shown"]
+    assert "kernels/acts.py:silu" in shown and "kernels/acts.py:activate" in shown
+    assert not {f"kernels/acts.py:{name}" for name in ACTS if name != "silu"} & set(shown)
+
+
+
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
 def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple[str, ...]

@@ -55,8 +55,9 @@ class KernelLaunch:
 
     ``signature`` lists ``(parameter, triton type)`` in parameter order, with
     ``"constexpr"`` for constexpr parameters (``"*fp32"``, ``"i32"``, ``"fp32"``...);
-    ``constexprs`` holds their values; values that are not JSON scalars are kept as
-    ``repr`` strings and ``exact`` is False, so the compile gate knows to skip them.
+    ``constexprs`` holds their values, and the ``None`` arguments Triton specialises as
+    constexprs; values that are not JSON scalars are kept as ``repr`` strings and
+    ``exact`` is False, so the compile gate knows to skip them.
     ``sites`` are the project frames on the stack at launch, innermost first (see the
     module docstring); they do not take part in equality, so one kernel launched the
     same way from two places is one record with the sites of both.
@@ -208,6 +209,8 @@ def describe_launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             kind = _arg_type(value)
             exact = exact and not kind.startswith("<")
             signature.append((pname, kind))
+            if value is None:  # Triton specialises a None argument as a constexpr
+                constexprs.append((pname, None))
     return KernelLaunch(
         fn.__name__, file, line, tuple(signature), tuple(constexprs), options, exact
     )

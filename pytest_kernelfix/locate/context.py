@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
@@ -218,11 +218,21 @@ def _line_count(text: str) -> int:
     return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
-def _spans(index: ModuleIndex, symbols: Sequence[str]) -> list[tuple[int, int]]:
+@dataclass(frozen=True)
+class Shape:
+    """What a focused view shows besides its definitions: the module's import header
+    and the constants the definitions read. Both give way first under the budget (a
+    constant left out keeps its outline line, value included)."""
+
+    header: bool = True
+    constants: bool = True
+
+
+def _spans(index: ModuleIndex, symbols: Sequence[str], shape: Shape) -> list[tuple[int, int]]:
     """Line spans to show for ``symbols``: the imports, each definition (a method with
     its class line), and the module constants each reads."""
     spans: list[tuple[int, int]] = []
-    if index.import_span != (0, 0):
+    if shape.header and index.import_span != (0, 0):
         spans.append(index.import_span)
     for name in symbols:
         definition = index.find(name)
@@ -233,7 +243,7 @@ def _spans(index: ModuleIndex, symbols: Sequence[str]) -> list[tuple[int, int]]:
             owner = index.find(name.split(".")[0])
             if owner is not None:
                 spans.append((owner.start, owner.line))
-        for used in definition.names:
+        for used in definition.names if shape.constants else ():
             constant = index.find(used.split(".")[0])
             if constant is not None and constant.kind == "constant":
                 spans.append((constant.start, constant.end))
@@ -259,32 +269,34 @@ def _covered(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
 
 
 def render_source(path: str, text: str, symbols: Sequence[str], *,
-                  limit: int | None = None) -> SourceFile:
+                  limit: int | None = None, keep: int = 1, shape: Shape = Shape()
+                  ) -> SourceFile:
     """``text`` shown focused on ``symbols`` (qualified names, most important first).
 
-    Over ``limit`` characters the last symbols are left to the outline; when the first
-    alone is too long, its longest span is cut at a line boundary. A module that does
-    not parse is shown whole.
+    Over ``limit`` characters the last symbols (all but ``keep``) are left to the
+    outline; when those kept are still too long, the longest span is cut at a line
+    boundary. A module that does not parse is shown whole.
     """
     index = parse_module(text)
     if index.error:
         return SourceFile(path, text)
     lines = text.splitlines()
     kept = list(symbols)
-    view = _render(path, text, index, lines, kept)
-    while limit is not None and len(kept) > 1 and rendered_size(view) > limit:
+    view = _render(path, text, index, lines, kept, shape)
+    while limit is not None and len(kept) > max(keep, 1) and rendered_size(view) > limit:
         kept.pop()
-        view = _render(path, text, index, lines, kept)
+        view = _render(path, text, index, lines, kept, shape)
     if limit is not None and rendered_size(view) > limit:
-        view = _render(path, text, index, lines, kept, room=limit - rendered_size(view))
+        view = _render(path, text, index, lines, kept, shape,
+                       room=limit - rendered_size(view))
     return view
 
 
 def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
-            symbols: Sequence[str], room: int = 0) -> SourceFile:
+            symbols: Sequence[str], shape: Shape, room: int = 0) -> SourceFile:
     """The focused view; a negative ``room`` cuts that many characters off the longest
     span (its head is kept)."""
-    spans = _merge(_spans(index, symbols), lines)
+    spans = _merge(_spans(index, symbols, shape), lines)
     if room < 0 and spans:
         longest = max(spans, key=lambda span: span[1] - span[0])
         start, end = longest
@@ -300,6 +312,9 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
         parts.append(f"# --- lines {start}-{end} ---")
         parts += lines[start - 1:end]
     outline: list[str] = []
+    start, end = index.import_span
+    if not shape.header and start and not any(a <= start and end <= b for a, b in spans):
+        outline.append(f"{start}-{end}: imports")
     for definition in index.definitions:
         if _covered(definition, spans):
             continue
@@ -326,20 +341,29 @@ def rendered_size(source: SourceFile) -> int:
                                                               for line in source.outline)
 
 
+def _ranks(located: Sequence[Located]) -> dict[tuple[str, str], int]:
+    """How firmly each definition is shown: 0 for those tied at the best score (the
+    launched kernels), 1 for the pinned ones (the launching function and what sizes
+    the launch), 2 for the rest, shown while they fit."""
+    best = located[0].score if located else 0.0
+    return {item.key: 0 if item.score >= best else 1 if item.pinned else 2
+            for item in located}
+
+
 def choose_focus(
     located: Sequence[Located], texts: Mapping[str, str], limit: int
 ) -> dict[str, tuple[str, ...]]:
     """Per file, the definitions to show in full (absent: the whole file), within ``limit``.
 
-    Greedy by score: a short module whole, a long one focused on its best definitions,
-    adding the next best while the total fits. The definitions tied at the best score
-    (the launched kernels) are always shown; :func:`fit_views` cuts them if they alone
-    exceed the limit. What does not fit stays in the outline.
+    Greedy: a short module whole, a long one focused on its definitions, the launched
+    kernels and the pinned definitions first, then the others by score while the total
+    fits. :func:`fit_views` makes room for the first two when they alone exceed the
+    limit. What does not fit stays in the outline.
     """
     small = {path for path, text in texts.items() if _line_count(text) <= VIEW_LINES}
     focus: dict[str, list[str]] = {path: [] for path in texts if path not in small}
     whole: set[str] = set()
-    best = located[0].score if located else 0.0
+    ranks = _ranks(located)
 
     def total() -> int:
         size = 0
@@ -350,9 +374,9 @@ def choose_focus(
                 size += rendered_size(render_source(path, text, focus[path]))
         return size
 
-    for item in located:
+    for item in sorted(located, key=lambda item: ranks[item.key]):  # stable: by score
         path = item.path
-        forced = item.score >= best
+        forced = ranks[item.key] < 2
         if path not in texts or path in whole:
             continue
         if path in small and path not in focus:
@@ -379,22 +403,52 @@ def choose_focus(
 def fit_views(
     located: Sequence[Located], texts: Mapping[str, str], limit: int
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, SourceFile]]:
-    """The focus per file and the views, together within ``limit``: while over it, the
-    largest view gives up what it must (a whole file becomes focused; a focused one
-    leaves its last definitions to the outline, then cuts its longest span)."""
+    """The focus per file and the views, together within ``limit``.
+
+    While over it, the views give up, in this order: whole files become focused (the
+    largest first); focused ones leave out their import headers, then the constants
+    their definitions read (the largest first); then definitions go to the outline
+    wherever they are, those not pinned first, the lowest scored first, never the
+    launched kernels; last, the longest span of the largest view is cut.
+    """
     focus = choose_focus(located, texts, limit)
+    ranks = _ranks(located)
+    shapes = {path: Shape() for path in texts}
     views = {path: render_source(path, text, focus[path]) if path in focus
              else SourceFile(path, text) for path, text in texts.items()}
-    for _ in range(2 * len(texts) + 2):
-        over = sum(rendered_size(view) for view in views.values()) - limit
+
+    def excess() -> int:
+        return sum(rendered_size(view) for view in views.values()) - limit
+
+    def largest(paths: Iterable[str]) -> list[str]:
+        return sorted(paths, key=lambda path: -rendered_size(views[path]))
+
+    def show(path: str, symbols: Sequence[str], shape: Shape) -> None:
+        focus[path], shapes[path] = tuple(symbols), shape
+        views[path] = render_source(path, texts[path], symbols, shape=shape)
+
+    for path in largest(path for path in texts if path not in focus):
+        if excess() > 0:
+            show(path, [item.qualname for item in sorted(located, key=lambda i: ranks[i.key])
+                        if item.path == path], shapes[path])
+    for part in ({"header": False}, {"constants": False}):
+        for path in largest(focus):
+            if excess() > 0:
+                show(path, focus[path], replace(shapes[path], **part))
+    scores = {item.key: item.score for item in located}
+    yielding = sorted(((path, name) for path in focus for name in focus[path]
+                       if ranks.get((path, name), 2) > 0),
+                      key=lambda key: (-ranks.get(key, 2), scores.get(key, 0.0)))
+    for path, name in yielding:  # the lowest ranked first, wherever it is
+        if excess() > 0:
+            show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
+    for _ in range(len(focus)):
+        over = excess()
         if over <= 0:
             break
-        path = max(views, key=lambda p: rendered_size(views[p]))
-        if path not in focus:
-            focus[path] = tuple(item.qualname for item in located if item.path == path)
-            views[path] = render_source(path, texts[path], focus[path])
-            continue
-        views[path] = render_source(path, texts[path], focus[path],
+        path = largest(focus)[0]
+        views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
+                                    shape=shapes[path],
                                     limit=max(rendered_size(views[path]) - over, 1_000))
     return focus, views
 

@@ -4,6 +4,8 @@ Parametrized kernel tests commonly fail 10-50 times from one bug. Failures that 
 their editable files and their normalised error signature are one bug. The editable
 files are where the fault may be: the traceback, the launched kernels, the launch sites
 and what :mod:`pytest_kernelfix.locate.reach` finds from them through the project's imports.
+A bug's definitions follow the jit branches its failures' launches took (their
+constexpr values), and those its tests' ids name rank first.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
-from pytest_kernelfix.locate.reach import Located, Reach, Seeds, seeds_of
+from pytest_kernelfix.locate.branches import Env, constexpr_env
+from pytest_kernelfix.locate.reach import Located, Reach, Seeds, rank_by_words, seeds_of
 from pytest_kernelfix.project import Project
 
 #: Files one bug may edit, at most (the closest to the fault first).
@@ -43,8 +46,9 @@ class BugGroup:
         return self.failures[0]
 
 
-def failure_seeds(failure: Failure) -> Seeds:
-    """What the test run recorded about ``failure``, as reach reads it. Every case of a
+def failure_seeds(failure: Failure, *, constexprs: bool = False) -> Seeds:
+    """What the test run recorded about ``failure``, as reach reads it. Without the
+    launches' ``constexprs`` (which jit branches they took), every case of a
     parametrized test that failed the same way has the same seeds."""
     return seeds_of(
         [(frame.path, frame.lineno) for frame in failure.error.frames],
@@ -52,7 +56,25 @@ def failure_seeds(failure: Failure) -> Seeds:
          for launch in failure.launches],
         failure.test_path,
         failure.nodeid,
+        [constexpr_env(launch.constexprs, launch.exact) for launch in failure.launches]
+        if constexprs else (),
     )
+
+
+def group_seeds(failures: Sequence[Failure]) -> Seeds:
+    """The seeds of one bug: its first failure's, with the constexpr values every
+    failure launched the same kernels with, so that a jit function is followed on each
+    branch one of its tests took (and only those)."""
+    first, *others = [failure_seeds(failure, constexprs=True) for failure in failures[:64]]
+
+    def launched(seeds: Seeds) -> Iterable[tuple[tuple[str, int], Env]]:
+        return zip(seeds.kernels, seeds.constexprs or [()] * len(seeds.kernels), strict=True)
+
+    kernels = set(first.kernels)
+    launches = dict.fromkeys(pair for seeds in (first, *others) for pair in launched(seeds)
+                             if pair[0] in kernels)
+    return replace(first, kernels=tuple(kernel for kernel, _ in launches),
+                   constexprs=tuple(values for _, values in launches))
 
 
 def editable_files(
@@ -104,22 +126,21 @@ def group_failures(
     """Groups in order of first failure; failures without editable files form their own."""
     reach = reach or Reach(project)
     buckets: dict[tuple[tuple[str, ...], str], list[Failure]] = {}
-    found: dict[str, tuple[tuple[str, ...], tuple[Located, ...]]] = {}
-    by_seeds: dict[Seeds, tuple[tuple[str, ...], tuple[Located, ...]]] = {}
+    by_seeds: dict[Seeds, tuple[str, ...]] = {}
     for failure in failures:
         seeds = failure_seeds(failure)  # equal seeds: the same files and definitions
         if seeds not in by_seeds:
-            located = reach.locate(seeds)
-            by_seeds[seeds] = (editable_files(failure, project, located), located)
-        found[failure.nodeid] = editable, located = by_seeds[seeds]
-        key = (tuple(sorted(editable)), failure.error.signature())
+            by_seeds[seeds] = editable_files(failure, project, reach.locate(seeds))
+        key = (tuple(sorted(by_seeds[seeds])), failure.error.signature())
         buckets.setdefault(key, []).append(failure)
     groups = []
     for (_, signature), members in buckets.items():
-        editable, located = found[members[0].nodeid]
+        located = reach.locate(group_seeds(members))
+        editable = editable_files(members[0], project, located)
         kernel = _kernel_name(members[0], editable, project)
         gid = group_id(kernel, members[0].error.type, signature, editable)
-        shown = tuple(item for item in located if item.path in editable)
+        shown = rank_by_words([item for item in located if item.path in editable],
+                              [member.nodeid for member in members])
         groups.append(BugGroup(gid, kernel, signature, editable, tuple(members), shown))
     return groups
 

@@ -4,16 +4,20 @@ Everything later stages need from a Python file, read once from its syntax tree:
 top-level function, class, method and constant with its line span (decorators
 included) and a one-line outline, whether it is a ``@triton.jit`` function, which
 dotted names it reads and calls, which kernels it launches (``kernel[grid](...)``) and
-which calls compute what those launches receive, and the module's imports. Pure
-functions over text; :func:`parse_module` caches by content.
+which calls compute what those launches receive (and size them), under which constexpr
+conditions a jit function uses what (:mod:`~pytest_kernelfix.locate.branches`), and the
+module's imports. Pure functions over text; :func:`parse_module` caches by content.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from pytest_kernelfix.locate.branches import Branching, Use
 
 #: Decorators that make a function a Triton kernel or helper (the last dotted part).
 JIT_DECORATORS = frozenset({"jit", "autotune", "heuristics"})
@@ -58,9 +62,11 @@ class Definition:
 
     ``start``/``end`` are 1-based and inclusive, decorators included; ``line`` is the
     ``def``/``class``/assignment line. ``names`` are the dotted names it reads, ``calls``
-    those it calls, ``launches`` the kernels it launches with ``kernel[grid](...)``, and
+    those it calls, ``launches`` the kernels it launches with ``kernel[grid](...)``,
     ``feeds`` the calls whose results reach such a launch (grid, block sizes, dtypes,
-    strides, output tensors).
+    strides, output tensors) and ``sizes`` those of them that size it (grid, block
+    sizes, warps). A jit function's ``branching`` says which of its uses each
+    constexpr value leads to.
     """
 
     qualname: str
@@ -75,10 +81,17 @@ class Definition:
     calls: tuple[str, ...] = ()
     launches: tuple[str, ...] = ()
     feeds: tuple[str, ...] = ()
+    sizes: tuple[str, ...] = ()
+    source: str = ""  # a jit function's text, read for its branching when reach needs it
 
     @property
     def name(self) -> str:
         return self.qualname.rpartition(".")[2]
+
+    @property
+    def branching(self) -> Branching | None:
+        """A jit function's :class:`Branching` (indexed on first use, once per text)."""
+        return index_source(self.source) if self.jit else None
 
 
 @dataclass(frozen=True)
@@ -180,23 +193,30 @@ def _assignment(node: ast.AST) -> tuple[set[str], list[ast.AST]] | None:
     return None
 
 
-def _launch_flow(launches: list[ast.Call], assignments: list[tuple[set[str], list[ast.AST]]]) -> (
-    tuple[tuple[str, ...], tuple[str, ...]]
-):
-    """(kernels launched with ``k[grid](...)``, calls whose results reach a launch).
+#: Launch options that size a launch (besides the grid and the block-size constexprs).
+SIZE_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
 
-    A backward slice within the function: the names a launch reads (grid and
-    arguments), then every assignment to one of them, and what those read, to a fixed
-    point. Calls in the launch itself and in those assignments feed the launch.
+
+def _size_inputs(call: ast.Call) -> list[ast.AST]:
+    """What sizes a launch: its grid, the keyword arguments that are launch options or
+    named in upper case (``BLOCK_SIZE=``, the constexpr convention) and the upper-case
+    names passed by position."""
+    inputs: list[ast.AST] = [call.func.slice]  # type: ignore[attr-defined]
+    inputs += [k.value for k in call.keywords if k.arg and (k.arg in SIZE_OPTIONS
+                                                            or k.arg.isupper())]
+    return inputs + [a for a in call.args if isinstance(a, ast.Name) and a.id.isupper()]
+
+
+def _calls_feeding(inputs: list[ast.AST], assignments: list[tuple[set[str], list[ast.AST]]]) -> (
+    list[str]
+):
+    """The calls whose results reach ``inputs``: a backward slice within the function.
+
+    The names the inputs read, then every assignment to one of them, and what those
+    read, to a fixed point; the calls in the inputs and in those assignments.
     """
-    if not launches:
-        return (), ()
-    wanted: set[str] = set()
-    feeding: list[ast.AST] = []
-    for call in launches:
-        inputs = [call.func.slice, *call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
-        feeding += inputs
-        wanted |= {name.split(".")[0] for name in _loads(inputs)}
+    feeding = list(inputs)
+    wanted = {name.split(".")[0] for name in _loads(inputs)}
     used: set[int] = set()
     changed = True
     while changed:
@@ -208,17 +228,97 @@ def _launch_flow(launches: list[ast.Call], assignments: list[tuple[set[str], lis
             feeding += values
             wanted |= {name.split(".")[0] for name in _loads(values)}
             changed = True
-    calls = [
-        _called(node) for root in feeding for node in ast.walk(root)
-        if isinstance(node, ast.Call)
-    ]
+    return [_called(node) for root in feeding for node in ast.walk(root)
+            if isinstance(node, ast.Call)]
+
+
+def _launch_flow(launches: list[ast.Call], assignments: list[tuple[set[str], list[ast.AST]]]) -> (
+    tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+):
+    """(kernels launched with ``k[grid](...)``, calls whose results reach a launch, and
+    those of them that size it: grid, block sizes, warps)."""
+    if not launches:
+        return (), (), ()
     kernels = [_called(call) for call in launches]
+    everything = [i for c in launches
+                  for i in [c.func.slice, *c.args, *(k.value for k in c.keywords)]]  # type: ignore[attr-defined]
+    sizing = [i for call in launches for i in _size_inputs(call)]
+
+    def project(calls: list[str]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c for c in calls if c and c not in kernels))
+
     return (tuple(dict.fromkeys(k for k in kernels if k)),
-            tuple(dict.fromkeys(c for c in calls if c and c not in kernels)))
+            project(_calls_feeding(everything, assignments)),
+            project(_calls_feeding(sizing, assignments)))
+
+
+def _uses(node: ast.AST, guards: tuple[tuple[str, bool], ...]) -> Iterator[Use]:
+    """The names read and called under ``node``; the branches of an ``if`` and of a
+    conditional expression add their condition to the guards."""
+    if isinstance(node, (ast.If, ast.IfExp)):
+        test = ast.unparse(node.test)
+        yield from _uses(node.test, guards)
+        body = node.body if isinstance(node.body, list) else [node.body]
+        orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+        for child in body:
+            yield from _uses(child, (*guards, (test, True)))
+        for child in orelse:
+            yield from _uses(child, (*guards, (test, False)))
+        return
+    if isinstance(node, ast.Call):
+        args = tuple(("*" if isinstance(a, ast.Starred) else "") + ast.unparse(
+            a.value if isinstance(a, ast.Starred) else a) for a in node.args)
+        keywords = tuple((k.arg, ast.unparse(k.value)) for k in node.keywords if k.arg)
+        spread = any(a.startswith("*") for a in args) or any(not k.arg for k in node.keywords)
+        name = _called(node)
+        if name:
+            yield Use(name, guards, True, args, keywords, spread)
+    elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(node.ctx, ast.Load):
+        name = dotted(node)
+        if name:
+            yield Use(name, guards)
+    for inner in ast.iter_child_nodes(node):
+        yield from _uses(inner, guards)
+
+
+def index_branching(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Branching:
+    """What a jit function's branches depend on: its parameters, their literal defaults,
+    the names its body assigns, and every name it uses with the conditions guarding it."""
+    arguments = node.args
+    positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+    defaults = list(zip(positional[len(positional) - len(arguments.defaults):],
+                        arguments.defaults, strict=True))
+    defaults += [(a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults,
+                                           strict=True) if d is not None]
+    inner = [child for statement in node.body for child in ast.walk(statement)]
+    rebound = {child.id for child in inner
+               if isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load)}
+    rebound |= {child.arg for child in inner if isinstance(child, ast.arg)}  # nested defs
+    roots = [*node.decorator_list, arguments, *node.body]
+    return Branching(
+        params=(*positional, *(a.arg for a in arguments.kwonlyargs)),
+        positional=len(positional),
+        defaults=tuple((name, ast.unparse(value)) for name, value in defaults),
+        rebound=tuple(sorted(rebound)),
+        uses=tuple(dict.fromkeys(use for root in roots for use in _uses(root, ()))),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def index_source(source: str) -> Branching | None:
+    """The branching of a jit function's text, or None when it does not parse (then
+    every branch is followed)."""
+    try:
+        node = ast.parse(textwrap.dedent(source)).body[0]
+    except (SyntaxError, ValueError, IndexError):
+        return None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    return index_branching(node)
 
 
 def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind: str,
-              start: int) -> Definition:
+              start: int, lines: list[str]) -> Definition:
     """One walk over the function collects its names, calls, launches and bindings."""
     names: list[str] = []
     calls: list[str] = []
@@ -240,7 +340,7 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind:
                 bound = _assignment(child)
                 if bound is not None:
                     assignments.append(bound)
-    launched, feeds = _launch_flow(launches, assignments)
+    launched, feeds, sizes = _launch_flow(launches, assignments)
     prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
     jit = _is_jit(node)
     decorated = "@triton.jit " if jit else ""
@@ -250,7 +350,8 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind:
         line=node.lineno, header=header, jit=jit,
         names=tuple(dict.fromkeys(names)),
         calls=tuple(dict.fromkeys(c for c in calls if c)),
-        launches=launched, feeds=feeds,
+        launches=launched, feeds=feeds, sizes=sizes,
+        source="\n".join(lines[start - 1:node.end_lineno or node.lineno]) if jit else "",
     )
 
 
@@ -287,12 +388,13 @@ def parse_module(text: str) -> ModuleIndex:
         tree = ast.parse(text)
     except (SyntaxError, ValueError) as error:
         return ModuleIndex(error=f"{type(error).__name__}: {error}")
+    lines = text.splitlines()
     definitions: list[Definition] = []
     imports: list[tuple[str, Import]] = []
     import_lines: list[int] = []
     for node in _containers(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            definitions.append(_function(node, node.name, "function", _start(node)))
+            definitions.append(_function(node, node.name, "function", _start(node), lines))
         elif isinstance(node, ast.ClassDef):
             bases = ", ".join(ast.unparse(base) for base in node.bases)
             header = _short(f"class {node.name}({bases})" if bases else f"class {node.name}")
@@ -303,7 +405,7 @@ def parse_module(text: str) -> ModuleIndex:
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     definitions.append(_function(item, f"{node.name}.{item.name}", "method",
-                                                 _start(item)))
+                                                 _start(item), lines))
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]

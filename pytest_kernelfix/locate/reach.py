@@ -24,12 +24,14 @@ installed packages: the :class:`~pytest_kernelfix.project.Project` decides.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from pytest_kernelfix.locate.branches import Env, callee_env, entry_env, taken
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
 from pytest_kernelfix.project import Project
 
@@ -39,23 +41,35 @@ MAX_PYTHON_DEPTH = 2
 MAX_JIT_DEPTH = 6
 MAX_SCAN_FILES = 4000
 MAX_SCAN_BYTES = 1024 * 1024
+#: Distinct sets of constexpr values a jit function is followed with; past that, all
+#: its branches are.
+MAX_ENVS = 8
+#: Score added to a definition the failing tests' ids name (``test_act[silu-float32]``).
+WORD_BONUS = 6.0
 _PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages",
                           "dist-packages"})
 
 
-#: Records a found definition: (file, definition, score, why, depth).
-_Add = Callable[[str, Definition, float, str, int], None]
+#: Records a found definition: (file, definition, score, why, depth, constexpr values a
+#: jit function runs with (None: those the launches reach it with), pinned).
+_Add = Callable[[str, Definition, float, str, int, "Env | None", bool], None]
 
 
 @dataclass(frozen=True)
 class Located:
-    """A definition that may hold the fault: ``path`` is rootdir-relative."""
+    """A definition that may hold the fault: ``path`` is rootdir-relative.
+
+    ``pinned`` definitions are shown in full whatever their score: the function that
+    launched a kernel and the project functions it calls to size the launch (grid,
+    block sizes, warps).
+    """
 
     path: str
     qualname: str
     score: float
     why: str
     jit: bool = False
+    pinned: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -66,10 +80,11 @@ class Located:
 class Seeds:
     """What the test run recorded about one failure, as plain data.
 
-    ``kernels``: (file, def line) of each launched kernel; ``sites``: each launch's
-    project frames (file, line, function), innermost first; ``frames``: traceback
-    frames (file, line), outermost first; ``test``: the test file and the test's
-    qualified name (``TestClass.test_x``), for the fallback.
+    ``kernels``: (file, def line) of each launched kernel; ``constexprs``: the values
+    each was launched with, in the same order (absent or empty: unknown); ``sites``:
+    each launch's project frames (file, line, function), innermost first; ``frames``:
+    traceback frames (file, line), outermost first; ``test``: the test file and the
+    test's qualified name (``TestClass.test_x``), for the fallback.
     """
 
     kernels: tuple[tuple[str, int], ...] = ()
@@ -77,6 +92,7 @@ class Seeds:
     frames: tuple[tuple[str, int], ...] = ()
     test_path: str = ""
     test_name: str = ""
+    constexprs: tuple[Env, ...] = ()
 
 
 def high_group(scores: Sequence[float]) -> int:
@@ -247,19 +263,9 @@ class Reach:
 
     def _from_records(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
         found: dict[tuple[str, str], Located] = {}
-        queue: list[tuple[float, int, str, str, str, int]] = []
+        best: dict[tuple[str, str, Env, bool], float] = {}
+        queue: list[tuple[float, int, str, str, int, Env, bool]] = []
         counter = 0
-
-        def add(path: str, definition: Definition, score: float, why: str, depth: int) -> None:
-            nonlocal counter
-            item = Located(self.project.relative(path), definition.qualname, score, why,
-                           definition.jit)
-            known = found.get(item.key)
-            if known is not None and known.score >= score:
-                return
-            found[item.key] = item
-            counter += 1
-            heapq.heappush(queue, (-score, counter, path, definition.qualname, why, depth))
 
         def at(path: str, line: int) -> Definition | None:
             if not self.readable(path):
@@ -267,10 +273,43 @@ class Reach:
             index = self.module(path)
             return None if index is None else index.at(line)
 
-        for file, line in seeds.kernels:
+        kernels = []
+        for position, (file, line) in enumerate(seeds.kernels):
             definition = at(file, line)
             if definition is not None:
-                add(file, definition, 100.0, "launched kernel", 0)
+                values = seeds.constexprs[position] if position < len(seeds.constexprs) else ()
+                branching = definition.branching
+                kernels.append((file, definition, () if branching is None
+                                else entry_env(branching, dict(values))))
+        launched = self._launch_envs(kernels)
+
+        def add(path: str, definition: Definition, score: float, why: str, depth: int,
+                env: Env | None = None, pinned: bool = False) -> None:
+            nonlocal counter
+            key = (self.project.relative(path), definition.qualname)
+            known = found.get(key)
+            if known is None or score > known.score:
+                found[key] = Located(*key, score, why, definition.jit,
+                                     pinned or (known is not None and known.pinned))
+            elif pinned and not known.pinned:
+                found[key] = replace(known, pinned=True)
+            if not definition.jit:
+                envs: Sequence[Env] = [()]
+            elif env is not None:
+                envs = [env]
+            else:  # jit code entered from outside runs only as the launches ran it
+                envs = launched.get(key, [()])
+            for values in envs:
+                visit = (*key, values, pinned)
+                if best.get(visit, -math.inf) >= score:
+                    continue
+                best[visit] = score
+                counter += 1
+                heapq.heappush(queue, (-score, counter, path, definition.qualname, depth,
+                                       values, pinned))
+
+        for file, definition, values in kernels:
+            add(file, definition, 100.0, "launched kernel", 0, values)
         project_frames = [(f, n) for f, n in seeds.frames if self.readable(f)]
         for rank, (file, line) in enumerate(reversed(project_frames)):
             definition = at(file, line)
@@ -283,49 +322,96 @@ class Reach:
                 if definition is None:
                     continue
                 add(file, definition, max(55.0, 95.0 - 6 * rank),
-                    "launches the kernel" if rank == 0 else "on the stack at the launch", 0)
+                    "launches the kernel" if rank == 0 else "on the stack at the launch", 0,
+                    pinned=rank == 0)
                 rank += 1
         while queue and len(found) < 4 * MAX_LOCATED:
-            negative, _, path, qualname, _why, depth = heapq.heappop(queue)
+            negative, _, path, qualname, depth, values, pinned = heapq.heappop(queue)
             score = -negative
-            known = found.get((self.project.relative(path), qualname))
-            if known is None or known.score > score:
-                continue  # superseded by a better path to the same definition
+            if best.get((self.project.relative(path), qualname, values, pinned), score) > score:
+                continue  # superseded by a better path to the same visit
             index = self.module(path)
             definition = None if index is None else index.find(qualname)
             if definition is not None:
-                self._expand(path, definition, score, depth, add)
+                self._expand(path, definition, score, depth, values, pinned, add)
         return found
 
+    def _jit_callees(self, path: str, definition: Definition, env: Env) -> (
+        Iterator[tuple[str, Definition, Env]]
+    ):
+        """The jit functions ``definition`` calls when it runs with ``env``, and what
+        each then knows: calls on branches the values rule out are not followed."""
+        branching = definition.branching
+        targets: dict[str, tuple[str, Definition] | None] = {}
+        for use in () if branching is None else branching.uses:
+            if not use.call:
+                continue
+            if use.name not in targets:  # tl.load(...) is called many times
+                target = self.resolve(path, use.name)
+                targets[use.name] = target if target is not None and target[1].jit else None
+            target = targets[use.name]
+            if target is not None and target[1].branching is not None and taken(use, env):
+                yield target[0], target[1], callee_env(use, target[1].branching, env)
+
+    def _launch_envs(self, kernels: Sequence[tuple[str, Definition, Env]]) -> (
+        dict[tuple[str, str], list[Env]]
+    ):
+        """Per jit function the launched kernels reach, the values it runs with: how a
+        traceback frame or a wrapper's launch enters it. Past MAX_ENVS, unknown."""
+        reached: dict[tuple[str, str], list[Env]] = {}
+        stack = [(file, definition, env, 0) for file, definition, env in kernels]
+        while stack:
+            path, definition, env, depth = stack.pop()
+            envs = reached.setdefault((self.project.relative(path), definition.qualname), [])
+            if env in envs or envs == [()]:
+                continue
+            if len(envs) >= MAX_ENVS:
+                envs[:] = [()]
+                env = ()
+            else:
+                envs.append(env)
+            if depth < MAX_JIT_DEPTH:
+                stack += [(*callee, depth + 1) for callee in
+                          self._jit_callees(path, definition, env)]
+        return reached
+
     def _expand(self, path: str, definition: Definition, score: float, depth: int,
-                add: _Add) -> None:
-        """Queue what ``definition`` reaches: jit callees, feeding calls, constants."""
+                env: Env, pinned: bool, add: _Add) -> None:
+        """Queue what ``definition`` reaches: jit callees on the branches ``env`` takes,
+        feeding calls (those sizing the launch pinned with the launching function),
+        constants."""
         name = definition.qualname
-        if definition.jit:
+        names = definition.names
+        if definition.jit and definition.branching is not None:
             if depth >= MAX_JIT_DEPTH:
                 return
-            for callee in definition.calls:
-                target = self.resolve(path, callee)
-                if target is not None and target[1].jit:
-                    add(*target, score - 4, f"called by {name}", depth + 1)
+            for file, helper, values in self._jit_callees(path, definition, env):
+                add(file, helper, score - 4, f"called by {name}", depth + 1, values, False)
+            called = definition.branching.called
+            names = tuple(dict.fromkeys(use.name for use in definition.branching.uses
+                                        if not use.call and use.name not in called
+                                        and taken(use, env)))
         elif definition.kind in ("function", "method"):
             for kernel in definition.launches:
                 target = self.resolve(path, kernel)
                 if target is not None and target[1].jit:
-                    add(*target, score - 2, f"launched by {name}", depth)
+                    add(*target, score - 2, f"launched by {name}", depth, None, False)
             if depth < MAX_PYTHON_DEPTH:
                 for callee in definition.feeds:
                     target = self.resolve(path, callee)
-                    if target is not None and target[1].kind in ("function", "method"):
-                        add(*target, score - 8, f"computes launch arguments for {name}",
-                            depth + 1)
+                    if target is None or target[1].kind not in ("function", "method"):
+                        continue
+                    sizes = pinned and callee in definition.sizes
+                    add(*target, score - 8, f"{'sizes' if sizes else 'computes'} launch "
+                        f"arguments for {name}", depth + 1, None, sizes)
                 for callee in definition.calls:
                     if callee in definition.feeds or callee in definition.launches:
                         continue
                     target = self.resolve(path, callee)
                     if target is not None and target[1].kind in ("function", "method"):
-                        add(*target, score - 30, f"called by {name}", MAX_PYTHON_DEPTH)
-        for used in definition.names:
+                        add(*target, score - 30, f"called by {name}", MAX_PYTHON_DEPTH,
+                            None, False)
+        for used in names:
             if used in definition.calls:
                 continue
             target = self.resolve(path, used)
@@ -333,9 +419,9 @@ class Reach:
                 continue
             kind = target[1].kind
             if kind == "constant":
-                add(*target, score - 3, f"read by {name}", MAX_PYTHON_DEPTH)
+                add(*target, score - 3, f"read by {name}", MAX_PYTHON_DEPTH, None, False)
             elif target[1].jit and definition.jit:  # a helper passed as a constexpr
-                add(*target, score - 4, f"used by {name}", depth + 1)
+                add(*target, score - 4, f"used by {name}", depth + 1, None, False)
 
     def _from_test(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
         """Level 2: the project functions the test calls, and what they launch."""
@@ -438,15 +524,55 @@ def seeds_of(
     launches: Iterable[tuple[str, int, Sequence[tuple[str, int, str]]]],
     test_path: str = "",
     nodeid: str = "",
+    constexprs: Sequence[Env] = (),
 ) -> Seeds:
-    """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples."""
-    kernels, sites = [], []
-    for file, line, launch_sites in launches:
+    """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples;
+    ``constexprs``, when given, are the launches' values in the same order."""
+    kernels, values, sites = [], [], []
+    for position, (file, line, launch_sites) in enumerate(launches):
         if file:
             kernels.append((file, line))
+            values.append(constexprs[position] if position < len(constexprs) else ())
         if launch_sites:
             sites.append(tuple(launch_sites))
-    return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid))
+    return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid),
+                 tuple(values) if any(values) else ())
+
+
+def id_words(nodeid: str) -> set[str]:
+    """The names a test id gives: each parameter (``silu`` and ``float32`` of
+    ``test_act[silu-float32]``) and the test's name without ``test_``, lower case."""
+    name, _, parameters = nodeid.rpartition("::")[2].partition("[")
+    words = set(re.split(r"[^a-z0-9_]+", parameters.lower()))
+    words.add(re.sub(r"^test_?", "", name.lower()))
+    return {word.strip("_") for word in words
+            if len(word.strip("_")) > 2 and re.search("[a-z]", word)
+            and word not in ("true", "false", "none")}
+
+
+def _named(word: str, qualname: str) -> bool:
+    """Whether ``word`` names the definition: its ``_``-separated parts occur in a row in
+    the definition's name (``gelu_tanh`` names ``gelu_tanh_grad``, not ``gelu``)."""
+    parts = word.split("_")
+    name = qualname.rpartition(".")[2].lower().strip("_").split("_")
+    return any(name[i:i + len(parts)] == parts for i in range(len(name) - len(parts) + 1))
+
+
+def rank_by_words(located: Sequence[Located], nodeids: Sequence[str]) -> tuple[Located, ...]:
+    """``located`` with the definitions the failing tests' ids name ranked up by
+    WORD_BONUS, never to the top score (the launched kernels keep it)."""
+    if not located:
+        return ()
+    words = set().union(*(id_words(nodeid) for nodeid in nodeids[:64]))
+    top = max(item.score for item in located)
+    ranked = []
+    for item in located:
+        if item.score < top and any(_named(word, item.qualname) for word in words):
+            item = replace(item, score=min(item.score + WORD_BONUS, top - 0.5),
+                           why=f"{item.why}; named by the test id")
+        ranked.append(item)
+    ranked.sort(key=lambda item: (-item.score, item.path, item.qualname))
+    return tuple(ranked)
 
 
 def nodeid_qualname(nodeid: str) -> str:
