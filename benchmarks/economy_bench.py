@@ -2,7 +2,9 @@
 
 A project is made at run time from the installed ``liger-kernel`` (its RMSNorm and SwiGLU
 ops and their helpers, imports pointed at the copy) with tests of liger's kind:
-parametrized over shapes, dtypes and modes, on ``device="cuda"`` mapped to the CPU.
+parametrized over shapes (96 to 256 rows of 256 to 1024 columns, so that a test costs
+about what liger's own do on the interpreter), dtypes and modes, on ``device="cuda"``
+mapped to the CPU.
 Each bug is one line of liger's code changed and fails 10-30 of those tests:
 
 - ``norm``: the RMSNorm forward kernel's mean square (a normalisation kernel);
@@ -72,7 +74,7 @@ import torch
 
 from lk.ops.rms_norm import LigerRMSNormFunction
 
-SHAPES = [(2, 4, 32), (1, 8, 64), (3, 3, 48)]
+SHAPES = [(2, 64, 256), (1, 128, 512), (3, 48, 384)]
 DTYPES = [(torch.float32, 1e-4, 1e-5), (torch.float16, 2e-2, 2e-2)]
 
 
@@ -118,7 +120,7 @@ import torch
 
 from lk.ops.swiglu import LigerSiLUMulFunction
 
-SHAPES = [(2, 4, 32), (1, 8, 64), (3, 3, 48), (2, 2, 128)]
+SHAPES = [(2, 64, 256), (1, 128, 512), (3, 48, 384), (2, 32, 1024)]
 
 
 @pytest.mark.parametrize("bs, sl, hd", SHAPES)
