@@ -15,8 +15,12 @@ each, where a unit test takes milliseconds). It is marked so automatically, by w
 code uses, the way pytest's own suite marks its ``pytester`` tests: the ``pytester``
 fixture, or a name below in the test function, in a fixture of its module that it
 requests, or in a helper of its module that either calls. ``make test-fast`` deselects
-them. Session tests run first, whole sessions first of all, so that under ``-n`` the
-longest tests do not form the tail of the run.
+them. Session tests run first, whole sessions first of all (and the tests marked
+``slow`` before them), so that under ``-n`` the longest tests do not form the tail of the
+run. ``slow`` marks, by hand, the sessions that wait out timeouts or that a cheaper
+session mostly covers (the same heal under xdist, fault variants, the wheel build, the
+hostile suite): ``make test`` deselects them to stay under 15 minutes on a 2-core CI
+machine, ``make test-all`` runs everything.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ _HELPER_DEPTH = 3
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "session: starts pytest or a rerun in a subprocess (marked automatically)")
+    config.addinivalue_line(
+        "markers", "slow: a session test that a cheaper one mostly covers, or that waits out "
+        "timeouts; `make test` deselects it, `make test-all` runs it")
 
 
 def _names(code: types.CodeType) -> Iterator[str]:
@@ -85,7 +92,10 @@ def used_names(function: types.FunctionType, fixtures: Iterable[str] = ()) -> fr
 
 
 def cost_rank(item: pytest.Item) -> int:
-    """0: a whole session in a subprocess; 1: another session test; 2: a unit test."""
+    """-1: a slow test; 0: a whole session in a subprocess; 1: another session test; 2: a
+    unit test."""
+    if item.get_closest_marker("slow") is not None:
+        return -1
     function = _function(getattr(item, "function", None))
     fixtures = tuple(getattr(item, "fixturenames", ()))
     names = used_names(function, fixtures) if function is not None else frozenset()

@@ -58,6 +58,7 @@ def test_apply_writes_atomically_keeps_the_mode_and_the_original(
     assert pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120).ret == 0
 
 
+@pytest.mark.slow
 def test_a_file_changed_since_the_test_ran_is_not_written(pytester: pytest.Pytester) -> None:
     root = write_project(pytester.path, "k1")
     # After test_k1 failed (and its file hash was taken), the kernel is edited by hand.

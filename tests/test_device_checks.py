@@ -30,6 +30,7 @@ def test_gate_rejects_a_fix_the_interpreter_accepts(pytester: pytest.Pytester) -
     assert "global" in first.lower()
 
 
+@pytest.mark.slow
 def test_gate_can_be_turned_off(pytester: pytest.Pytester) -> None:
     kernel = make_project(pytester, bug="tanh")
     kernel.write_text(kernel.read_text().replace("@triton.jit", "ZERO = 0.0\n\n\n@triton.jit"))

@@ -353,6 +353,7 @@ def evaluated(value: object) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_the_ci_jobs_pytest_step_runs_as_documented(pytester: pytest.Pytester,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The job's test step, run as the runner would on a project with a broken kernel:
@@ -389,6 +390,7 @@ def test_the_ci_jobs_pytest_step_runs_as_documented(pytester: pytest.Pytester,
     assert not (report_dir / "cache").exists()
 
 
+@pytest.mark.slow
 def test_the_hook_example_heals_the_example_projects_gelu(pytester: pytest.Pytester) -> None:
     """docs/hooks.md's conftest, at the root of a copy of the example project, answers the
     missing tl.tanh itself: the configured fixer (recipes, which knows it too) is not asked."""

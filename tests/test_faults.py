@@ -35,6 +35,7 @@ def requests_for(fake: FakeLLM, name: str) -> int:
     return sum(f"kernels/{name}.py" in json.dumps(body.get("messages")) for body in fake.requests)
 
 
+@pytest.mark.slow
 def test_http_faults_leave_bugs_unhealed_after_bounded_retries(
     pytester: pytest.Pytester, fake_llm: FakeLLM
 ) -> None:
@@ -66,6 +67,7 @@ def test_http_faults_leave_bugs_unhealed_after_bounded_retries(
     result.stdout.fnmatch_lines(["*unhealed  k1_kernel-*: round 1: *rate limited (HTTP 429)*"])
 
 
+@pytest.mark.slow
 def test_unreadable_answers_use_up_rounds_and_a_good_one_still_heals(
     pytester: pytest.Pytester, fake_llm: FakeLLM
 ) -> None:
@@ -98,6 +100,7 @@ def test_unreadable_answers_use_up_rounds_and_a_good_one_still_heals(
     assert rerun_mode(pytester.path) == expected_rerun_mode()
 
 
+@pytest.mark.slow
 def test_connection_refused_and_a_failing_hook(pytester: pytest.Pytester) -> None:
     write_project(pytester.path, "k1", "k2")
     pytester.makeconftest(
@@ -128,6 +131,7 @@ def test_a_green_session_is_left_alone(pytester: pytest.Pytester, fake_llm: Fake
     assert not (pytester.path / ".kernelfix").exists()
 
 
+@pytest.mark.slow
 def test_an_internal_error_never_changes_the_exit_status(pytester: pytest.Pytester) -> None:
     write_project(pytester.path, "k1")
     (pytester.path / "blocker").write_text("a file where the report dir should go\n")

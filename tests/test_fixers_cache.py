@@ -175,6 +175,7 @@ def test_scale_random():
 '''
 
 
+@pytest.mark.slow
 def test_a_rerun_of_the_same_red_commit_is_answered_from_the_cache(
     pytester: pytest.Pytester, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:

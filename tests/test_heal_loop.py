@@ -396,6 +396,22 @@ def test_a_mask_is_fed_back_and_kept_for_review_when_nothing_better_comes() -> N
     assert "fix the kernel" in fixer.requests[1].feedback
 
 
+@pytest.mark.parametrize("then", ["fixer error", "same answer"])
+def test_a_mask_is_kept_when_a_later_round_ends_the_bug_early(then: str) -> None:
+    def verify(files: Mapping[str, str]) -> Verdict:
+        return Verdict(False, "masks the kernel's output", "fix the kernel.",
+                       kind=VerdictKind.MASKED)
+
+    mask = edits(("    return out", "    return [max(v, 0) for v in out]"))
+    ending = FixerError("the replay cassette has no answer") if then == "fixer error" else mask
+    fixer = Scripted(mask, ending)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == MASKED, result.reason
+    assert "kept for review" in result.reason and "max(v, 0)" in result.patch
+    assert ("no answer" if then == "fixer error" else "same answer") in (
+        result.rounds[-1].outcome)
+
+
 def test_a_first_answer_asked_for_already_is_not_asked_again() -> None:
     first = edits(("out.append(v + factor)", "out.append(v * factor)"))
     fixer = Scripted()

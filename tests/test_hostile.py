@@ -121,6 +121,7 @@ def test_every_static_answer_is_refused_before_a_rerun_for_its_reason(tmp_path: 
             assert item.expect in record.outcome, (item.kind, record.outcome)
 
 
+@pytest.mark.slow
 def test_hostile_session_leaves_the_tree_untouched_and_heals_nothing(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -214,6 +215,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie is dead, merely not reaped by this container's init
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fork", "subprocess"])
 def test_hung_and_crashing_candidates_are_killed_with_their_process_group(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str

@@ -237,7 +237,10 @@ def test_a_helper_behind_a_constexpr_dispatcher_is_shown_and_its_siblings_are_no
 
 
 
-@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+@pytest.mark.parametrize("xdist", [
+    pytest.param((), id="plain"),
+    pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow),
+])
 def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple[str, ...]
 ) -> None:
@@ -257,7 +260,10 @@ def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
     ])
 
 
-@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+@pytest.mark.parametrize("xdist", [
+    pytest.param((), id="plain"),
+    pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow),
+])
 def test_failures_a_glob_leaves_out_are_counted_beside_the_healed_bug(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple[str, ...]
 ) -> None:

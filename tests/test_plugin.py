@@ -98,6 +98,7 @@ def test_unhealable_after_n_rounds_with_the_reason(pytester: pytest.Pytester) ->
     assert not list((pytester.path / ".kernelfix").glob("*.patch"))
 
 
+@pytest.mark.slow
 def test_cassette_running_out_is_a_reason_not_a_crash(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     tape = write_cassette(pytester.path / "tape.jsonl", [answer(BUGS["offset"], "    y = x")])
@@ -108,6 +109,7 @@ def test_cassette_running_out_is_a_reason_not_a_crash(pytester: pytest.Pytester)
     assert "no answer left" in bug["reason"] and "round 2" in bug["reason"]
 
 
+@pytest.mark.slow
 def test_edits_that_do_not_match_are_fed_back(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     missing = answer("    result = compute(x, factor)", GOOD_LINE)
@@ -196,8 +198,10 @@ def test_apply_mode_leaves_a_tree_that_passes(pytester: pytest.Pytester,
     plain.assert_outcomes(passed=5)
 
 
-@pytest.mark.parametrize("extra", [("-n", "2"), ("--junitxml=junit.xml",)],
-                         ids=["xdist", "junitxml"])
+@pytest.mark.parametrize("extra", [
+    pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow),
+    pytest.param(("--junitxml=junit.xml",), id="junitxml"),
+])
 def test_same_heal_under_xdist_and_junitxml(pytester: pytest.Pytester,
                                             extra: tuple[str, ...]) -> None:
     make_project(pytester)

@@ -43,7 +43,10 @@ def properties(case: ET.Element) -> dict[str, str]:
     return {p.get("name", ""): p.get("value", "") for h in holders for p in h}
 
 
-@pytest.mark.parametrize("extra", [(), ("-n", "2")], ids=["plain", "xdist"])
+@pytest.mark.parametrize("extra", [
+    pytest.param((), id="plain"),
+    pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow),
+])
 def test_failing_kernel_tests_carry_the_heal(pytester: pytest.Pytester,
                                              extra: tuple[str, ...]) -> None:
     make_project(pytester, extra=RECORDED)

@@ -35,6 +35,7 @@ def session(pytester: pytest.Pytester, workers: int) -> tuple[dict, str]:  # typ
     return report, patches + result.stdout.str()
 
 
+@pytest.mark.slow
 def test_parallel_workers_heal_like_one(pytester: pytest.Pytester) -> None:
     write_project(pytester.path, "k1", "k2", "k3", "k4")
     pytester.makeconftest(HOOK)

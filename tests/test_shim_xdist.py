@@ -76,6 +76,7 @@ def test_the_controller_imports_neither_torch_nor_triton(pytester: pytest.Pytest
     assert workers and all(text == "torch triton|1" for text in workers)
 
 
+@pytest.mark.slow
 def test_a_healing_controller_still_imports_neither(pytester: pytest.Pytester) -> None:
     """Workers record the launches; the controller heals from their reports."""
     make_project(pytester, bug="tanh")

@@ -1,12 +1,15 @@
 """The verification rules through whole sessions (``pytest --kernelfix`` in a subprocess,
-real Triton kernels on the interpreter), a scripted fixer answering round by round:
+real Triton kernels on the interpreter), a scripted fixer answering round by round. One
+session heals several bugs at once (one kernel module and test file each), so three
+sessions cover:
 
 - **per check**: a value computed with torch beside one the kernel still computes, in a
   test that checks both, is rejected whichever check comes first; the honest fix heals;
 - **per kernel**: a gradient computed with torch from the statistics the forward kernel
   saved (the backward kernel launched and ignored) is rejected; the honest fix heals;
 - **masks**: a clip after the launch of an unchanged kernel ends the bug as masked, with
-  the patch kept for review; an honest post-launch divisor heals;
+  the patch kept for review, even when the fixer has no answer for the next round; after
+  a mask the kernel fix heals; an honest post-launch divisor heals;
 - **declines**: a test whose own expectation is wrong costs one call, ends declined, and
   its annotation points at the test's line;
 - **one root cause, one patch**: a helper bug failing with two error types heals with one
@@ -79,9 +82,9 @@ def heal_with_output(pytester: pytest.Pytester, files: dict[str, str], answers: 
     return report, root, result.stdout.str()
 
 
-def only_bug(report: dict[str, Any]) -> dict[str, Any]:
-    (bug,) = report["bugs"]
-    return bug
+def by_test_file(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The session's bugs by the stem of their tests' file (one bug per file here)."""
+    return {Path(bug["nodeids"][0].split("::")[0]).stem: bug for bug in report["bugs"]}
 
 
 # -- per check ----------------------------------------------------------------------------
@@ -132,24 +135,24 @@ TORCH_SUMS = ("kernels/stats.py", "    return sums, maxs\n", "    return x.sum(-
 HONEST_SUMS = ("kernels/stats.py", "tl.sum(x, axis=0) + 1.0", "tl.sum(x, axis=0)")
 
 
-@pytest.mark.parametrize("order", ["sums first", "sums after the kernel-checked maxima"])
-def test_a_value_computed_with_torch_beside_a_kernel_checked_one_is_rejected(
-    pytester: pytest.Pytester, order: str,
-) -> None:
-    first, second = (CHECK_SUMS, CHECK_MAXS) if order == "sums first" else (
-        CHECK_MAXS, CHECK_SUMS)
-    test = STATS_TEST.format(first=first, second=second)
-    report, root = heal(pytester, {"kernels/stats.py": STATS, "tests/test_stats.py": test},
-                        {"test_stats": [[TORCH_SUMS], [(TORCH_SUMS[0], TORCH_SUMS[2],
-                                                        TORCH_SUMS[1]), HONEST_SUMS]]},
-                        rounds=2)
-    bug = only_bug(report)
-    cheat, honest = bug["round_details"]
-    assert cheat["outcome"].startswith("kernel bypass: the check that failed "
-                                       "(tests/test_stats.py:"), cheat["outcome"]
-    assert "compares values the kernel no longer produces" in cheat["outcome"]
-    assert bug["status"] == "healed", honest["outcome"]
-    assert "+    return sums, maxs" not in (root / ".kernelfix" / bug["patch"]).read_text()
+SUMS_AFTER = "stats_after"  # the same kernel in a second module, checked in the other order
+
+
+def per_check_files() -> tuple[dict[str, str], Answers]:
+    """Two bugs, one per order of the checks: the torch-computed sums first, or after the
+    maxima the kernel still computes."""
+    files: dict[str, str] = {}
+    answers: Answers = {}
+    for module, (first, second) in (("stats", (CHECK_SUMS, CHECK_MAXS)),
+                                    (SUMS_AFTER, (CHECK_MAXS, CHECK_SUMS))):
+        path = f"kernels/{module}.py"
+        files[path] = STATS.replace("stats_kernel", f"{module}_kernel")
+        files[f"tests/test_{module}.py"] = STATS_TEST.format(first=first, second=second).replace(
+            "from kernels.stats import", f"from kernels.{module} import")
+        cheat = (path, *TORCH_SUMS[1:])
+        undo = (path, TORCH_SUMS[2], TORCH_SUMS[1])
+        answers[f"test_{module}"] = [[cheat], [undo, (path, *HONEST_SUMS[1:])]]
+    return files, answers
 
 
 # -- per kernel -----------------------------------------------------------------------------
@@ -226,13 +229,27 @@ FROM_STATISTICS = ("kernels/squash.py", "        return dx\n",
 HONEST_BACKWARD = ("kernels/squash.py", "* s * s) + 1.0, mask=mask)", "* s * s), mask=mask)")
 
 
-def test_a_gradient_from_the_forward_statistics_is_rejected_and_the_kernel_fix_heals(
+def test_per_check_and_per_kernel_bypasses_are_rejected_and_the_kernel_fixes_heal(
     pytester: pytest.Pytester,
 ) -> None:
+    files, answers = per_check_files()
+    files.update({"kernels/squash.py": SCALE, "tests/test_squash.py": SCALE_TEST})
     undo = (FROM_STATISTICS[0], FROM_STATISTICS[2], FROM_STATISTICS[1])
-    report, _ = heal(pytester, {"kernels/squash.py": SCALE, "tests/test_squash.py": SCALE_TEST},
-                     {"test_squash": [[FROM_STATISTICS], [undo, HONEST_BACKWARD]]}, rounds=2)
-    bug = only_bug(report)
+    answers["test_squash"] = [[FROM_STATISTICS], [undo, HONEST_BACKWARD]]
+    report, root = heal(pytester, files, answers, rounds=2)
+    bugs = by_test_file(report)
+    assert sorted(bugs) == ["test_squash", "test_stats", "test_stats_after"]
+
+    for module in ("stats", SUMS_AFTER):  # per check, whichever check comes first
+        bug = bugs[f"test_{module}"]
+        cheat, honest = bug["round_details"]
+        assert cheat["outcome"].startswith("kernel bypass: the check that failed "
+                                           f"(tests/test_{module}.py:"), cheat["outcome"]
+        assert "compares values the kernel no longer produces" in cheat["outcome"]
+        assert bug["status"] == "healed", honest["outcome"]
+        assert "+    return sums, maxs" not in (root / ".kernelfix" / bug["patch"]).read_text()
+
+    bug = bugs["test_squash"]  # per kernel
     cheat, honest = bug["round_details"]
     assert "does not depend on backward_kernel" in cheat["outcome"], cheat["outcome"]
     (deciding,) = [phase["name"] for phase in cheat["phases"]
@@ -280,31 +297,6 @@ HONEST_RELU = ("kernels/relu.py", "tl.store(out_ptr + offs, x, mask=mask)",
                "tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)")
 
 
-def test_a_clip_after_an_unchanged_kernel_ends_masked_with_the_patch_kept_for_review(
-    pytester: pytest.Pytester,
-) -> None:
-    report, root = heal(pytester, {"kernels/relu.py": RELU, "tests/test_relu.py": RELU_TEST},
-                        {"test_relu": [[CLIP]]})
-    bug = only_bug(report)
-    assert bug["status"] == "masked", bug["reason"]
-    (detail,) = bug["round_details"]
-    assert detail["outcome"].startswith("masks the kernel's output (`out = out.clip(min=0)`)")
-    assert any("masks the kernel's result after the launch" in n for n in detail["notes"])
-    kept = (root / ".kernelfix" / bug["patch"]).read_text()
-    assert bug["patch"].endswith(".masked.patch") and "+    out = out.clip(min=0)" in kept
-    assert "Status: masked, kept for review" in kept
-    assert "kept for review" in (root / ".kernelfix" / "report.md").read_text()
-
-
-def test_after_a_mask_the_kernel_fix_heals(pytester: pytest.Pytester) -> None:
-    undo = (CLIP[0], CLIP[2], CLIP[1])
-    report, _ = heal(pytester, {"kernels/relu.py": RELU, "tests/test_relu.py": RELU_TEST},
-                     {"test_relu": [[CLIP], [undo, HONEST_RELU]]}, rounds=2)
-    bug = only_bug(report)
-    assert bug["status"] == "healed", bug["reason"]
-    assert bug["round_details"][0]["outcome"].startswith("masks the kernel's output")
-
-
 MEAN = '''\
 import torch
 import triton
@@ -339,14 +331,6 @@ def test_row_mean():
 '''
 
 
-def test_a_post_launch_divisor_is_a_fix_not_a_mask(pytester: pytest.Pytester) -> None:
-    divide = ("kernels/mean.py", "    return out\n", "    return out / n\n")
-    report, _ = heal(pytester, {"kernels/mean.py": MEAN, "tests/test_mean.py": MEAN_TEST},
-                     {"test_mean": [[divide]]})
-    bug = only_bug(report)
-    assert bug["status"] == "healed", bug["reason"]
-
-
 # -- declines ---------------------------------------------------------------------------------
 
 SHAPE_TEST = '''\
@@ -366,23 +350,64 @@ FIXED_RELU = RELU.replace("tl.store(out_ptr + offs, x, mask=mask)",
                           "tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)")
 
 
-def test_a_test_that_expects_the_wrong_shape_is_declined_after_one_call(
+def relu_module(name: str, text: str = RELU) -> tuple[str, str]:
+    """``text`` as ``kernels/<name>.py`` with its kernel named ``<name>_kernel``: one bug
+    per module."""
+    return f"kernels/{name}.py", text.replace("relu_kernel", f"{name}_kernel")
+
+
+def test_masks_end_masked_a_divisor_heals_and_a_test_bug_is_declined(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(pytester.path))
-    report, root, output = heal_with_output(
-        pytester, {"kernels/relu.py": FIXED_RELU, "tests/test_relu_shape.py": SHAPE_TEST},
-        {"test_relu_shape": ["the test expects 301 elements for 300 inputs"]}, rounds=3)
-    bug = only_bug(report)
+    clip = relu_module("relu")[0], *CLIP[1:]
+    fix = relu_module("relu_fix")[0]
+    files = dict([relu_module("relu"), relu_module("relu_fix"), relu_module("relu_ok", FIXED_RELU)])
+    files.update({
+        "tests/test_relu.py": RELU_TEST,
+        "tests/test_relu_fix.py": RELU_TEST.replace("kernels.relu", "kernels.relu_fix"),
+        "tests/test_relu_shape.py": SHAPE_TEST.replace("kernels.relu", "kernels.relu_ok"),
+        "kernels/mean.py": MEAN, "tests/test_mean.py": MEAN_TEST,
+    })
+    answers: Answers = {
+        "test_relu": [[clip]],  # then no answer: the mask is what the bug ends with
+        "test_relu_fix": [[(fix, *CLIP[1:])], [(fix, CLIP[2], CLIP[1]), (fix, *HONEST_RELU[1:])]],
+        "test_mean": [[("kernels/mean.py", "    return out\n", "    return out / n\n")]],
+        "test_relu_shape": ["the test expects 301 elements for 300 inputs"],
+    }
+    report, root, output = heal_with_output(pytester, files, answers, rounds=3)
+    bugs = by_test_file(report)
+    assert sorted(bugs) == ["test_mean", "test_relu", "test_relu_fix", "test_relu_shape"]
+
+    bug = bugs["test_relu"]  # a mask, then no answer
+    assert bug["status"] == "masked", bug["reason"]
+    masked, no_answer = bug["round_details"]
+    assert masked["outcome"].startswith("masks the kernel's output (`out = out.clip(min=0)`)")
+    assert any("masks the kernel's result after the launch" in n for n in masked["notes"])
+    assert no_answer["outcome"].startswith("no answer")
+    kept = (root / ".kernelfix" / bug["patch"]).read_text()
+    assert bug["patch"].endswith(".masked.patch") and "+    out = out.clip(min=0)" in kept
+    assert "Status: masked, kept for review" in kept
+    assert "kept for review" in (root / ".kernelfix" / "report.md").read_text()
+
+    bug = bugs["test_relu_fix"]  # a mask, then the kernel fix
+    assert bug["status"] == "healed", bug["reason"]
+    assert bug["round_details"][0]["outcome"].startswith("masks the kernel's output")
+
+    assert bugs["test_mean"]["status"] == "healed", bugs["test_mean"]["reason"]
+
+    bug = bugs["test_relu_shape"]  # the test's own bug
     assert bug["status"] == "declined"
     assert bug["reason"] == ("the model says this is not a kernel bug: the test expects 301 "
                              "elements for 300 inputs")
     asked = [json.loads(line) for line in (root / "asked.jsonl").read_text().splitlines()]
-    assert [entry["round"] for entry in asked] == [1]  # one call, no identical second one
-    assert any("compares no tensor values" in note for note in asked[0]["notes"])
-    assert report["totals"]["declined"] == 1
-    (warning,) = [line for line in output.splitlines() if line.startswith("::warning")]
+    declined = [entry for entry in asked if entry["bug"] == bug["id"]]
+    assert [entry["round"] for entry in declined] == [1]  # one call, no identical second one
+    assert any("compares no tensor values" in note for note in declined[0]["notes"])
+    assert report["totals"]["declined"] == 1 and report["totals"]["masked"] == 1
+    (warning,) = [line for line in output.splitlines()
+                  if line.startswith("::warning") and "test_relu_shape.py" in line]
     assert "file=tests/test_relu_shape.py,line=11," in warning  # the test's line, not a def
     assert "not a kernel bug" in warning
 

@@ -22,6 +22,7 @@ def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProce
     return done
 
 
+@pytest.mark.slow
 def test_wheel_install_heals(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
                              fake_llm) -> None:
     work = tmp_path_factory.mktemp("wheel")

@@ -128,6 +128,14 @@ def heal(
             shown=shown_definitions(context),
         )
 
+    def give_up(reason: str) -> HealResult:
+        """Unhealed, unless an earlier round's candidate passed by masking the output:
+        then that candidate is what the bug ends with, kept for review."""
+        if masked is None:
+            return finish(UNHEALED, reason)
+        return finish(MASKED, f"{reason}; the only candidate that made the tests pass masks "
+                              f"the kernel's output ({masked[1]}): kept for review", masked[0])
+
     for number in range(1, rounds + 1):
         request = ProposalRequest(
             context=context,
@@ -145,7 +153,7 @@ def heal(
                 f"the fixer failed: {type(error).__name__}: {error}")
             records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
                                        exchange=Exchange.failed(error)))
-            return finish(UNHEALED, f"round {number}: {why}")
+            return give_up(f"round {number}: {why}")
         usage = usage + proposal.usage
         if number == 1:
             first_prompt = proposal.usage.prompt_chars
@@ -158,8 +166,8 @@ def heal(
             if on_round is not None:
                 on_round(records[-1])
             last = records[-2].outcome if len(records) > 1 else ""
-            return finish(UNHEALED, f"the model gave the same answer twice in a row (rounds "
-                                    f"{number - 1} and {number}); last: {last}")
+            return give_up(f"the model gave the same answer twice in a row (rounds "
+                           f"{number - 1} and {number}); last: {last}")
         previous = key
         if proposal.not_a_kernel_bug and not proposal.modifications:
             reason = " ".join(proposal.not_a_kernel_bug.split())[:_ANALYSIS_KEEP]
@@ -206,11 +214,7 @@ def heal(
         if outcome.kind == VerdictKind.MASKED and outcome.candidate is not None:
             masked = (outcome.candidate, f"round {number}: {outcome.summary}")
     last = records[-1].outcome if records else "no rounds ran"
-    if masked is not None:
-        return finish(MASKED, f"not healed after {rounds} round(s): the only candidate that "
-                              f"made the tests pass masks the kernel's output ({masked[1]}); "
-                              "kept for review", masked[0])
-    return finish(UNHEALED, f"not healed after {rounds} round(s); last: {last}")
+    return give_up(f"not healed after {rounds} round(s); last: {last}")
 
 
 def shown_definitions(context: BugContext) -> tuple[str, ...]:
