@@ -16,6 +16,8 @@ from fake_llm import Delay, Reply, Status
 from kernel_project import (
     BUGS,
     GOOD_LINE,
+    KERNEL,
+    TESTS,
     answer,
     git_apply_check,
     git_init,
@@ -125,14 +127,35 @@ def test_edits_that_do_not_match_are_fed_back(pytester: pytest.Pytester) -> None
 
 
 def test_kernel_error_is_surfaced_and_healed_by_recipe(pytester: pytest.Pytester) -> None:
-    """``tl.tanh`` fails inside the kernel; the recipes fixer needs no model."""
+    """``tl.tanh`` fails inside the kernel; the recipes fixer needs no model. Its
+    candidate is verified in stages that say when they start and end. A numerics bug
+    beside it, for which no recipe exists, costs no rerun at all."""
     make_project(pytester, bug="tanh")
+    shift = KERNEL.format(line=BUGS["offset"]).replace("scale", "shift")
+    (pytester.path / "kernels" / "shift.py").write_text(shift)
+    (pytester.path / "tests" / "test_shift.py").write_text(
+        TESTS.split("\n\n\n@pytest.mark.kernel\ndef test_scale_zeros")[0].replace(
+            "scale", "shift").replace("kernels.ops", "kernels.shift"))
     result = heal(pytester)  # default fixer: recipes
-    result.assert_outcomes(failed=5)
-    (bug,) = report_of(pytester.path)["bugs"]
+    result.assert_outcomes(failed=9)
+    bugs = {bug["kernel"]: bug for bug in report_of(pytester.path)["bugs"]}
+    bug = bugs["scale_kernel"]
     assert bug["error"] == "AttributeError: module 'triton.language' has no attribute 'tanh'"
     assert bug["status"] == "healed", bug["reason"]
     assert bug["round_details"][0]["source"].startswith("recipe")
+    ran = {phase["name"]: len(phase["tests"]) for phase in bug["round_details"][0]["phases"]}
+    assert ran["representative"] == 1 and ran["failing tests"] == 4  # of the 5 failing
+    assert [phase["name"] for phase in bug["triage"]] == ["baseline"]
+    assert len(bug["triage"][0]["tests"]) == 1  # reproduced on the representative alone
+    result.stdout.fnmatch_lines([
+        "*baseline: running 1 test(s)", "*baseline: 1 failed (* s)",
+        "*representative: running 1 test(s)", "*representative: 1 passed (* s)",
+        "*failing tests: running 4 test(s)", "*failing tests: 4 passed (* s)",
+    ])
+
+    bug = bugs["shift_kernel"]  # no recipe: no triage, no rerun
+    assert bug["status"] == "unhealed" and "no recipe" in bug["reason"], bug["reason"]
+    assert bug["reruns"]["count"] == 0 and bug["triage"] == []
 
 
 def test_a_plugin_loaded_by_module_name_heals_and_its_reruns_do_not_load_it(
