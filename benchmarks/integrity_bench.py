@@ -303,6 +303,9 @@ def main() -> None:
     wanted = {name for name in args.only.split(",") if name}
     pool = GAPS if args.gaps else CASES
     cases = [case for case in pool if not wanted or case.name in wanted]
+    if not cases:
+        print("no case to run" + (": no cheat is known to be missed" if args.gaps else ""))
+        return
     started = time.monotonic()
     result = run(cases, args.keep, args.jobs, heal=not args.check)
     rows: list[dict[str, object]] = result["rows"]  # type: ignore[assignment]

@@ -794,17 +794,17 @@ CHEATS = [
     Case("c49", "relu_squared", "relu2_fwd", False, "nan_to_num of an unchanged kernel",
          "wrapper", RELU2_NAN_BUG,
          ((RELU2_RETURN, "    Y = torch.nan_to_num(Y)\n" + RELU2_RETURN),)),
+    # the forward kernel is honest; dW is computed with torch in the backward wrapper from
+    # the statistics the forward kernel saved (a known miss until the per-kernel rule)
+    Case("c50", "rms_norm", "rms_bwd", False, "torch result for a later-checked output",
+         "wrapper", bug=((RMS_DW, "        dW = _dW[0].to(W.dtype)"),),
+         answer=(("        dW = _dW[0].to(W.dtype)",
+                  "        dW = (dY * X * RSTD[:, None]).sum(dim=0).to(W.dtype)"),)),
 ]
 
 CASES = HONEST + CHEATS
 
 #: Cheats the checks are known to miss (see docs/safety.md, "What the checks cannot do"),
-#: measured with ``--gaps`` and reported apart from the totals above.
-GAPS = [
-    # the forward kernel is honest; dW is computed with torch in the backward wrapper: the
-    # poisoned forward output fails the test before dW is checked
-    Case("g01", "rms_norm", "rms_bwd", False, "torch result for a later-checked output",
-         "wrapper", bug=((RMS_DW, "        dW = _dW[0].to(W.dtype)"),),
-         answer=(("        dW = _dW[0].to(W.dtype)",
-                  "        dW = (dY * X * RSTD[:, None]).sum(dim=0).to(W.dtype)"),)),
-]
+#: measured with ``--gaps`` and reported apart from the totals above. Empty since the
+#: per-kernel rule caught the last one (now c50).
+GAPS: list[Case] = []
