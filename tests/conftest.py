@@ -17,10 +17,11 @@ fixture, or a name below in the test function, in a fixture of its module that i
 requests, or in a helper of its module that either calls. ``make test-fast`` deselects
 them. Session tests run first, whole sessions first of all (and the tests marked
 ``slow`` before them), so that under ``-n`` the longest tests do not form the tail of the
-run. ``slow`` marks, by hand, the sessions that wait out timeouts or that a cheaper
-session mostly covers (the same heal under xdist, fault variants, the wheel build, the
-hostile suite): ``make test`` deselects them to stay under 15 minutes on a 2-core CI
-machine, ``make test-all`` runs everything.
+run. ``slow`` marks, by hand, the sessions that wait out timeouts (the hostile suite,
+hung candidates) and those whose path a cheaper session or a unit test of the same code
+also covers (the same heal under xdist, fault variants, feedback rounds, the demo that
+``make demo`` runs, the wheel build): ``make test`` deselects them to stay under 15
+minutes on a 2-core CI machine, ``make test-all`` runs everything.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ def test_the_two_broken_kernels_fail_as_documented(project: Path) -> None:
     assert "Tensor-likes are not close!" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_demo_cassette_heals_both_bugs(project: Path) -> None:
     done = run_pytest(project, "--kernelfix", "--kernelfix-model=replay:cassettes/demo.jsonl")
     assert done.returncode == 1  # the failing tests stay failed

@@ -138,7 +138,9 @@ def make_split_project(root: Path, bug: str) -> str:
     return json.dumps({"file": path, "bad": bad, "good": good})
 
 
-@pytest.mark.parametrize("bug", sorted(BUGS))
+@pytest.mark.parametrize("bug", [
+    pytest.param(bug, marks=[pytest.mark.slow] if bug == "kernel" else []) for bug in sorted(BUGS)
+])
 def test_a_bug_in_each_module_heals_in_an_unmarked_suite(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, bug: str
 ) -> None:

@@ -69,6 +69,7 @@ def test_healed_in_one_round(pytester: pytest.Pytester) -> None:
     assert ".kernelfix" not in git_status(pytester.path)
 
 
+@pytest.mark.slow
 def test_healed_in_two_rounds_through_feedback(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     almost = answer(BUGS["offset"], "    y = x * factor + 1.0", reason="first guess")
@@ -86,6 +87,7 @@ def test_healed_in_two_rounds_through_feedback(pytester: pytest.Pytester) -> Non
     assert "+    y = x * factor\n" in patch and "+ 1.0" not in patch
 
 
+@pytest.mark.slow
 def test_unhealable_after_n_rounds_with_the_reason(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     wrong = [answer(BUGS["offset"], "    y = x - factor"),
@@ -186,6 +188,7 @@ def test_non_kernel_failures_and_passing_tests_are_left_alone(pytester: pytest.P
     ])
 
 
+@pytest.mark.slow
 def test_litellm_over_http_with_a_500_and_a_timeout(pytester: pytest.Pytester, fake_llm) -> None:
     make_project(pytester)
     fake_llm.script(Status(500), Delay(5.0, Reply(FIX)), Reply(FIX))
@@ -221,10 +224,9 @@ def test_apply_mode_leaves_a_tree_that_passes(pytester: pytest.Pytester,
     plain.assert_outcomes(passed=5)
 
 
-@pytest.mark.parametrize("extra", [
-    pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow),
-    pytest.param(("--junitxml=junit.xml",), id="junitxml"),
-])
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [("-n", "2"), ("--junitxml=junit.xml",)],
+                         ids=["xdist", "junitxml"])
 def test_same_heal_under_xdist_and_junitxml(pytester: pytest.Pytester,
                                             extra: tuple[str, ...]) -> None:
     make_project(pytester)
@@ -238,6 +240,7 @@ def test_same_heal_under_xdist_and_junitxml(pytester: pytest.Pytester,
         assert junit.count("<failure") == 4  # healing is reported beside, never instead
 
 
+@pytest.mark.slow
 def test_conftest_hook_supplies_the_edits(pytester: pytest.Pytester) -> None:
     """``pytest_kernelfix_propose`` answers before the fixer; reruns know the hook too."""
     make_project(pytester)
