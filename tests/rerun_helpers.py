@@ -9,13 +9,17 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.sandbox import Sandbox
 
 INTERPRET = DevicePlan(interpret=True)
 #: Both ways a rerun child starts; tests of the guarantees every rerun keeps run in both.
-MODES = ("fork", "subprocess")
+#: A fresh interpreter costs seconds of imports per child, so its runs are marked slow
+#: (``make test-all`` runs them; ``make test`` the forked ones).
+MODES = ("fork", pytest.param("subprocess", marks=pytest.mark.slow))
 
 
 def write_files(root: Path, files: dict[str, str]) -> Path:

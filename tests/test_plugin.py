@@ -160,6 +160,7 @@ def test_kernel_error_is_surfaced_and_healed_by_recipe(pytester: pytest.Pytester
     assert bug["reruns"]["count"] == 0 and bug["triage"] == []
 
 
+@pytest.mark.slow
 def test_a_plugin_loaded_by_module_name_heals_and_its_reruns_do_not_load_it(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -205,6 +206,7 @@ def test_litellm_over_http_with_a_500_and_a_timeout(pytester: pytest.Pytester, f
     assert "tests/test_ops.py" in prompt  # the test source as read-only context
 
 
+@pytest.mark.slow
 def test_apply_mode_leaves_a_tree_that_passes(pytester: pytest.Pytester,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     kernel = make_project(pytester)

@@ -310,7 +310,16 @@ def test_sessions_keep_prompts_and_answers_in_the_report_dir(
     assert SECRET not in text and ECHOED not in text
     assert f"[prompt and answer]({name})" in (report_dir / "report.md").read_text()
 
-    # A hook answers the next session, with the prompt files off: the earlier ones go.
+
+@pytest.mark.slow
+def test_with_prompt_files_off_a_session_writes_none_and_the_earlier_ones_go(
+    pytester: pytest.Pytester,
+) -> None:
+    make_project(pytester)
+    earlier = pytester.path / ".kernelfix" / "prompts" / "scale_kernel-old" / "round-1.md"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text(f"{PROMPT_MARKER} 0.1.0 -->\n# a prompt file of an earlier session\n")
+    report_dir = pytester.path / ".kernelfix"
     pytester.makeconftest(HOOK.format(answer=edit_answer(BUGS["offset"], GOOD_LINE)))
     again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix",
                                           "--kernelfix-save-prompts=off")

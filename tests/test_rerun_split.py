@@ -279,10 +279,7 @@ def test_two_children_run_at_the_same_time_and_a_crash_in_one_keeps_the_others_o
     assert "Fatal Python error: Aborted" in result.output
 
 
-@pytest.mark.parametrize("mode", [
-    pytest.param(mode, marks=[pytest.mark.slow] if mode == "subprocess" else [])
-    for mode in MODES
-])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_child_that_hangs_times_out_alone(
     sandboxed: tuple[Path, list[Sandbox]], tmp_path: Path, mode: str, reruns: Reruns,
     fresh_split_like_forked: None,
