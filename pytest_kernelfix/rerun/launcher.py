@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
@@ -55,6 +55,9 @@ from pytest_kernelfix.rerun.split import (
     split_nodeids,
     stops_early,
 )
+
+if TYPE_CHECKING:
+    from pytest_kernelfix.rerun.phased import PhasedChild
 
 #: How much of the child's merged stdout/stderr a result keeps (of all its children's).
 OUTPUT_TAIL = 8 * 1024
@@ -355,6 +358,17 @@ class Reruns:
     def __call__(self, spec: RerunSpec) -> RerunResult:
         return run_tests(spec, python=self.python, pool=self.pool)
 
+    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
+             ) -> PhasedChild | None:
+        """A child that collects ``nodeids`` once and runs phases on request
+        (:mod:`pytest_kernelfix.rerun.phased`); None where reruns do not fork (its phases
+        fork from it), so each phase is a one-shot rerun."""
+        if unavailable_reason(setup.mode):
+            return None
+        from pytest_kernelfix.rerun.phased import PhasedChild
+
+        return PhasedChild(setup, sandbox_root, nodeids, python=self.python, pool=self.pool)
+
     def prestart(self, setup: RerunSetup) -> None:
         """Start the server for ``setup`` now (one that cannot start is found again, and
         reported, by the first rerun)."""
@@ -373,7 +387,8 @@ class Reruns:
 
 @dataclass(frozen=True)
 class RerunStats:
-    """What a bug's (or a session's) reruns cost and how they ran."""
+    """What a bug's (or a session's) reruns cost and how they ran: ``count`` reruns
+    (phases of a phased child each count), ``children`` the processes they started."""
 
     count: int = 0
     seconds: float = 0.0
@@ -381,6 +396,7 @@ class RerunStats:
     fallbacks: tuple[str, ...] = ()
     cache_hits: int = 0
     cache_lookups: int = 0
+    children: int = 0
 
     @property
     def mode(self) -> str:
@@ -394,14 +410,16 @@ class RerunStats:
     def add(self, result: RerunResult) -> RerunStats:
         hits, lookups = result.compile_cache
         return self + RerunStats(1, result.seconds, int(result.mode == "fork"),
-                                 (result.fallback,) if result.fallback else (), hits, lookups)
+                                 (result.fallback,) if result.fallback else (), hits, lookups,
+                                 result.started)
 
     def __add__(self, other: RerunStats) -> RerunStats:
         fallbacks = self.fallbacks + tuple(f for f in other.fallbacks if f not in self.fallbacks)
         return RerunStats(self.count + other.count, self.seconds + other.seconds,
                           self.forked + other.forked, fallbacks,
                           self.cache_hits + other.cache_hits,
-                          self.cache_lookups + other.cache_lookups)
+                          self.cache_lookups + other.cache_lookups,
+                          self.children + other.children)
 
 
 def _run_group(

@@ -365,25 +365,37 @@ def _parsed(lines: Iterable[str]) -> list[dict[str, Any]]:
     return events
 
 
+class EventTail:
+    """The events a growing results file gained since the last :meth:`new`: only whole
+    lines are read, so a line being written is read next time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except OSError:  # not written yet
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        return _parsed(whole.decode("utf-8", errors="replace").splitlines())
+
+
 class FinishedTests:
     """How many tests a growing results file says finished: each :meth:`count` reads
     only the whole lines written since the last, so a long rerun is cheap to follow."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._offset = 0
+        self._tail = EventTail(path)
         self._finished: set[str] = set()
 
     def count(self) -> int:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read()
-        except OSError:  # not written yet
-            return len(self._finished)
-        whole = data[:data.rfind(b"\n") + 1]
-        self._offset += len(whole)
-        for event in _parsed(whole.decode("utf-8", errors="replace").splitlines()):
+        for event in self._tail.new():
             if event.get("event") == "test":
                 self._finished.add(str(event.get("nodeid")))
         return len(self._finished)
@@ -440,7 +452,8 @@ class RerunResult:
     ``running_launches`` the kernels it had launched by then. ``report`` is what the
     child said about the run (``report_error`` why it could not be read). ``mode`` is
     how the child started (``fork`` or ``subprocess``) and ``fallback`` why it was not
-    forked when forking was asked for.
+    forked when forking was asked for. ``started`` counts the child processes the rerun
+    started (0 for a phase of a phased child started earlier).
     """
 
     outcomes: tuple[TestOutcome, ...]
@@ -456,6 +469,7 @@ class RerunResult:
     mode: str = "subprocess"
     fallback: str = ""
     report_error: str = ""
+    started: int = 1
 
     def outcome(self, nodeid: str) -> TestOutcome | None:
         return next((o for o in self.outcomes if o.nodeid == nodeid), None)
@@ -514,7 +528,8 @@ def merge_results(first: RerunResult, second: RerunResult) -> RerunResult:
     return replace(second, outcomes=first.outcomes + second.outcomes,
                    output=second.output or first.output, seconds=first.seconds + second.seconds,
                    report=first.report.merged(second.report),
-                   report_error=second.report_error or first.report_error)
+                   report_error=second.report_error or first.report_error,
+                   started=first.started + second.started)
 
 
 def signal_name(returncode: int) -> str:

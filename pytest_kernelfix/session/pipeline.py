@@ -60,7 +60,7 @@ from pytest_kernelfix.session.schedule import (
     worker_env,
 )
 from pytest_kernelfix.verify.triage import raised_in_kernel
-from pytest_kernelfix.verify.verifier import Runner, Verifier
+from pytest_kernelfix.verify.verifier import Child, Opener, Runner, Verifier
 
 Progress = Callable[[str], None]
 
@@ -143,22 +143,49 @@ def _skipped(group: BugGroup, reason: str) -> HealResult:
 
 class _Counted:
     """A runner that keeps what one bug's reruns cost and how they ran, and says how
-    far a long rerun is."""
+    far a long rerun is; the phases of the phased children it opens count as reruns."""
 
     def __init__(self, runner: Runner, progress: Progress = lambda line: None) -> None:
         self.runner = runner
         self.progress = progress
         self.stats = RerunStats()
         self.lock = threading.Lock()  # a verifier may run reruns at the same time
+        self.can_open = callable(getattr(runner, "open", None))
 
-    def __call__(self, spec: RerunSpec) -> RerunResult:
-        if spec.progress is None:
-            spec = replace(spec, progress=lambda done, total, seconds: self.progress(
-                f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
-        result = self.runner(spec)
+    def _spec(self, spec: RerunSpec) -> RerunSpec:
+        if spec.progress is not None:
+            return spec
+        return replace(spec, progress=lambda done, total, seconds: self.progress(
+            f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
+
+    def add(self, result: RerunResult) -> RerunResult:
         with self.lock:
             self.stats = self.stats.add(result)
         return result
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        return self.add(self.runner(self._spec(spec)))
+
+    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
+             ) -> _CountedChild | None:
+        opener: Opener = self.runner  # type: ignore[assignment]
+        child = opener.open(setup, sandbox_root, nodeids) if self.can_open else None
+        return None if child is None else _CountedChild(child, self)
+
+
+class _CountedChild:
+    """A phased child whose phases are counted by the runner that opened it."""
+
+    def __init__(self, child: Child, counted: _Counted) -> None:
+        self.child = child
+        self.counted = counted
+
+    def run(self, spec: RerunSpec, name: str = "") -> RerunResult | None:
+        result = self.child.run(self.counted._spec(spec), name)
+        return None if result is None else self.counted.add(result)
+
+    def close(self) -> None:
+        self.child.close()
 
 
 @dataclass

@@ -17,6 +17,14 @@ before it passed, and the first that rejects the candidate ends its verification
    (:mod:`pytest_kernelfix.verify.sensitivity`); between the two, the first test with
    only the kernel its failure was attributed to poisoned.
 
+The phases of one candidate run in one rerun child where the runner can open one
+(:meth:`~pytest_kernelfix.rerun.launcher.Reruns.open`): it collects, runs the conftest
+files and imports the sandbox once, and each phase runs in a process forked from it
+right after collection, so nothing one phase leaves behind reaches the next
+(:mod:`pytest_kernelfix.rerun.phased`). The runs on the original code share a child of
+their own. The poisoned phases then run one after another in that child (NaN, the
+attributed kernel, scrambled values), the first that rejects ending the verification.
+
 Before round 1 the unpatched code is rerun on the representative only (the baseline, read
 by :mod:`pytest_kernelfix.verify.triage`); what the test run recorded stands for the
 rest. What is known only from the original code (regression tests that fail there too,
@@ -31,8 +39,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
@@ -81,6 +91,22 @@ _BASELINE = ProbePlan(fingerprint=True, reach=True)
 
 Runner = Callable[[RerunSpec], RerunResult]
 Say = Callable[[str], None]
+
+
+class Child(Protocol):
+    """A rerun child that collected its tests once and runs phases on request
+    (:class:`~pytest_kernelfix.rerun.phased.PhasedChild`)."""
+
+    def run(self, spec: RerunSpec, name: str = "") -> RerunResult | None: ...
+
+    def close(self) -> None: ...
+
+
+class Opener(Protocol):
+    """A runner that can also open phased children (``Reruns.open``)."""
+
+    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
+             ) -> Child | None: ...
 
 
 class _Rejected(Exception):
@@ -132,6 +158,8 @@ class Verifier:
         self._attributed: tuple[str, ...] | None = None
         self._seen: set[str] = set()  # tests whose findings on the original code are known
         self.phases: list[Phase] = []
+        #: The open phased children: "original" (the bug's), "candidate" (this one's).
+        self._children: dict[str, Child | None] = {}
 
     @property
     def thorough(self) -> bool:
@@ -156,8 +184,16 @@ class Verifier:
         )
 
     def restore(self) -> None:
-        """Put the original bytes back for every file this verifier wrote."""
+        """Put the original bytes back for every file this verifier wrote; end its
+        children."""
+        self._close()
         self.workspace.restore()
+
+    def _close(self, *kinds: str) -> None:
+        for kind in kinds or tuple(self._children):
+            child = self._children.pop(kind, None)
+            if child is not None:
+                child.close()
 
     # -- running ---------------------------------------------------------------------
 
@@ -168,8 +204,31 @@ class Verifier:
         test or data files is a rejection (the original code's runs are not judged)."""
         spec = self._spec(name, nodeids, probe, stop_early, setup)
         started = time.monotonic()
-        result = self.runner(spec)
+        result = self._in_child(spec, name, candidate) if setup is None else None
+        if result is None:
+            result = self.runner(spec)
         return self._settle(name, spec.nodeids, time.monotonic() - started, result, candidate)
+
+    @property
+    def _phased(self) -> bool:
+        """Whether the runner opens phased children (else every phase is a rerun); a
+        wrapper of another runner says so in ``can_open``."""
+        return callable(getattr(self.runner, "open", None)) and bool(
+            getattr(self.runner, "can_open", True))
+
+    def _in_child(self, spec: RerunSpec, name: str, candidate: bool) -> RerunResult | None:
+        """The rerun as a phase of the child of the code in the sandbox (the candidate's,
+        or the original's), opened on first use; None where there is none or it cannot
+        run these tests (then it is a rerun of its own)."""
+        if not self._phased:
+            return None
+        kind = "candidate" if candidate else "original"
+        if kind not in self._children:
+            collect = self.nodeids + (self._kept() if candidate or self.thorough else ())
+            opener: Opener = self.runner  # type: ignore[assignment]
+            self._children[kind] = opener.open(self.setup, self.sandbox.root, collect)
+        child = self._children[kind]
+        return child.run(spec, name) if child is not None else None
 
     def _spec(self, name: str, nodeids: Sequence[str], probe: ProbePlan = _PLAIN,
               stop_early: bool = False, setup: RerunSetup | None = None) -> RerunSpec:
@@ -178,9 +237,14 @@ class Verifier:
                          stop_early=stop_early)
 
     def _together(self, runs: Sequence[tuple[str, Sequence[str], ProbePlan]], *,
-                  candidate: bool = True) -> list[RerunResult]:
-        """Independent reruns of the same code at the same time (each child is a process
-        of its own), settled in the order given."""
+                  candidate: bool = True) -> Iterator[RerunResult]:
+        """Independent reruns of the same code, settled in the order given: one after
+        another in the code's phased child (a caller that stops reading runs no more),
+        else at the same time (each child is a process of its own)."""
+        if self._phased:
+            for name, nodeids, probe in runs:
+                yield self._run(name, nodeids, probe=probe, candidate=candidate)
+            return
         specs = [self._spec(name, nodeids, probe) for name, nodeids, probe in runs]
         results: list[RerunResult | None] = [None] * len(specs)
         errors: list[BaseException] = []
@@ -204,9 +268,9 @@ class Verifier:
             thread.join()
         if errors:
             raise errors[0]
-        return [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
-                             candidate) for i, ((name, _, _), spec) in enumerate(
-                    zip(runs, specs, strict=True))]
+        yield from [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
+                                 candidate) for i, ((name, _, _), spec) in enumerate(
+                        zip(runs, specs, strict=True))]
 
     def _settle(self, name: str, nodeids: tuple[str, ...], seconds: float,
                 result: RerunResult, candidate: bool = True) -> RerunResult:
@@ -299,6 +363,8 @@ class Verifier:
             verdict = self._verify(candidate)
         except _Rejected as rejected:
             verdict = rejected.verdict
+        finally:
+            self._close("candidate")
         return replace(verdict, phases=tuple(self.phases))
 
     def _verify(self, candidate: Mapping[str, str]) -> Verdict:
@@ -418,9 +484,8 @@ class Verifier:
         runs[1:1] = [(f"sensitivity (nan, only {kernel.rpartition('::')[2]})", (self.first,),
                       ProbePlan(poison="nan", kernels=(kernel,), reach=True))
                      for kernel in kernels]
-        results = dict(zip((name for name, _, _ in runs), self._together(runs), strict=True))
         notes: list[str] = []
-        for (name, _, probe), result in zip(runs, results.values(), strict=True):
+        for (name, _, probe), result in zip(runs, self._together(runs), strict=False):
             unmeasured = False
             if probe.kernels:
                 verdict = self._per_kernel(result, probe.kernels[0], notes)

@@ -76,18 +76,22 @@ def _expects_raise(statement: ast.With | ast.AsyncWith) -> bool:
 
 
 def _guarded(statement: ast.stmt) -> ast.Try:
-    """``try: STATEMENT / except AssertionError: record(False) / else: record(True)``,
-    every new node on the statement's own lines."""
+    """``try: STATEMENT / except AssertionError: if not record(False): raise / else:
+    record(True)``, every new node on the statement's own lines.
 
-    def record(passed: bool) -> ast.stmt:
-        call = ast.Call(ast.Name(RECORDER, ast.Load()), [ast.Constant(passed)], [])
-        return ast.Expr(call)
+    The recorder answers whether the failure is swallowed: while reach mode is off (a
+    plain phase of a phased child) it is not, and the bare ``raise`` re-raises the
+    failure with its traceback untouched, as if the statement were not guarded."""
 
+    def call(passed: bool) -> ast.Call:
+        return ast.Call(ast.Name(RECORDER, ast.Load()), [ast.Constant(passed)], [])
+
+    reraise = ast.If(test=ast.UnaryOp(ast.Not(), call(False)), body=[ast.Raise()], orelse=[])
     wrapped = ast.Try(
         body=[statement],
         handlers=[ast.ExceptHandler(ast.Name("AssertionError", ast.Load()), None,
-                                    [record(False)])],
-        orelse=[record(True)],
+                                    [reraise])],
+        orelse=[ast.Expr(call(True))],
         finalbody=[],
     )
     own = {id(node) for node in ast.walk(statement)}
@@ -203,23 +207,31 @@ class SiteCount:
 
 
 class CheckLog:
-    """Counts the guarded check statements of the running test, by site."""
+    """Counts the guarded check statements of the running test, by site.
+
+    While not ``enabled`` it records nothing and a failed check is raised as usual:
+    the guards stay in the code, inert (a phased child's plain phases)."""
 
     def __init__(self) -> None:
         self.test_file = ""
         self.sites: dict[int, SiteCount] = {}
+        self.enabled = True
 
     def start(self, test_file: str) -> None:
         self.test_file = test_file
         self.sites = {}
 
-    def __call__(self, passed: bool) -> None:
+    def __call__(self, passed: bool) -> bool:
+        """Record one check; True: its failure is swallowed (the test goes on)."""
+        if not self.enabled:
+            return False
         line = site_line(sys._getframe(1), self.test_file)
         count = self.sites.setdefault(line, SiteCount())
         count.runs += 1
         count.failures += not passed
         if len(count.outcomes) < MAX_OUTCOMES:
             count.outcomes += "P" if passed else "F"
+        return True
 
 
 # -- installing reach mode -----------------------------------------------------------------
