@@ -107,6 +107,9 @@ OPTIONS: tuple[Option, ...] = (
            "across, run at the same time: auto (the cores left to each heal worker on the "
            "interpreter, at most 2 on a GPU) or N (default: auto)", 0, "workers",
            env="KERNELFIX_RERUN_JOBS", metavar="N"),
+    Option("kernelfix_overlap", "Heal while the tests run: the first failure of a bug starts "
+           "its triage, baseline and model call on the cores the test run leaves; off: heal "
+           "once the run has ended (default: on)", True, "bool", env="KERNELFIX_OVERLAP"),
     Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
            "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
            env="KERNELFIX_CACHE_DIR", metavar="DIR"),
@@ -279,6 +282,7 @@ class Settings:
     max_tokens: int = 0
     verify: str = "staged"
     save_prompts: bool = True
+    overlap: bool = True
 
     @property
     def cache_root(self) -> Path:
@@ -328,6 +332,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
         save_prompts=bool(value("kernelfix_save_prompts")),
+        overlap=bool(value("kernelfix_overlap")),
     )
 
 

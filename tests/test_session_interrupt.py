@@ -6,7 +6,18 @@ import pytest
 from kernel_project import make_project
 
 INTERRUPTING_HOOK = """
+import time
+
+FINISHED = []
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    FINISHED.append(nodeid)
+
+
 def pytest_kernelfix_propose(request, config):
+    while len(FINISHED) < 5:  # healing begins while the tests run: Ctrl-C once they ran
+        time.sleep(0.05)
     raise KeyboardInterrupt  # what Ctrl-C raises while the fixer waits for a model
 """
 

@@ -92,6 +92,8 @@ class SessionReport:
     #: Failing tests ``select`` (``kernelfix_select``) left out, with the reason.
     unselected: tuple[Unselected, ...] = ()
     select: tuple[str, ...] = ("kernel",)
+    #: How much healing overlapped the test run (None: it began after the run).
+    overlap: Overlapped | None = None
 
     @property
     def usage(self) -> Usage:
@@ -102,6 +104,15 @@ class SessionReport:
 
     def count(self, status: str) -> int:
         return sum(1 for bug in self.bugs if bug.result.status == status)
+
+
+@dataclass(frozen=True)
+class Overlapped:
+    """How much healing overlapped the test run: ``bugs`` whose heal began while it
+    ran, and the seconds healing went on after its last test."""
+
+    bugs: int
+    after_tests: float
 
 
 def patch_name(group: BugGroup, status: str = HEALED) -> str:
@@ -228,6 +239,7 @@ def reruns_json(stats: RerunStats) -> dict[str, Any]:
         "fallbacks": list(stats.fallbacks),
         "cache_hits": stats.cache_hits,
         "cache_lookups": stats.cache_lookups,
+        "children": stats.children,
     }
 
 
@@ -263,6 +275,9 @@ def session_json(report: SessionReport) -> dict[str, Any]:
         "unselected": unselected_json(report.unselected, report.select),
         "reruns": {**reruns_json(report.reruns), "workers": report.workers},
         "bugs": [bug_json(bug, save_prompts=report.save_prompts) for bug in report.bugs],
+        **({"overlap": {"bugs": report.overlap.bugs,
+                        "after_tests": round(report.overlap.after_tests, 3)}}
+           if report.overlap is not None else {}),
     }
 
 
@@ -386,14 +401,17 @@ def session_markdown(report: SessionReport) -> str:
 def reruns_line(report: SessionReport) -> str:
     """One sentence on how the sandbox reruns ran."""
     stats = report.reruns
-    text = (f"Sandbox reruns: {stats.count} ({stats.mode}), {stats.seconds:.1f} s, "
-            f"{report.workers} worker(s)")
+    text = (f"Sandbox reruns: {stats.count} ({stats.mode}) in {stats.children} child "
+            f"process(es), {stats.seconds:.1f} s, {report.workers} worker(s)")
     if stats.cache_lookups:
         text += (f"; compile cache: {stats.cache_hits} of {stats.cache_lookups} "
                  "kernel compile(s) reused")
     text += "."
     if stats.fallbacks:
         text += " Not forked: " + "; ".join(stats.fallbacks)
+    if report.overlap is not None and report.overlap.bugs:
+        text += (f" Healing began while the tests ran for {report.overlap.bugs} bug(s) and "
+                 f"went on {report.overlap.after_tests:.1f} s after the last test.")
     return text
 
 

@@ -17,6 +17,7 @@ the result says which. :func:`run_tests` runs one rerun: its tests split across 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shlex
@@ -80,7 +81,10 @@ class RerunSetup:
     ``env`` is added to the child's environment; ``mode`` is how children start: forked
     from the warm server where it is safe (``auto``), forked wherever fork exists
     (``fork``), or a fresh interpreter each time (``subprocess``); ``jobs`` is how many
-    children one rerun may split its tests across (``timeout`` holds for each child).
+    children one rerun may split its tests across (``timeout`` holds for each child);
+    ``nice`` lowers the children's priority by that much (reruns made while the tests
+    still run take only the cores the test run leaves); ``base_env`` is the environment
+    children start from (the session's when the setup was made; None: the current one).
     """
 
     original_root: Path
@@ -92,6 +96,8 @@ class RerunSetup:
     env: Mapping[str, str] = field(default_factory=dict)
     mode: str = "auto"
     jobs: int = 1
+    nice: int = 0
+    base_env: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,10 @@ _DROPPED_ENV_PREFIXES = ("PYTEST_XDIST_", "COV_CORE_")
 
 
 def child_env(base: Mapping[str, str], setup: RerunSetup, plan_file: Path) -> dict[str, str]:
-    """The parent's environment without what would reconfigure or leak out of the child."""
+    """The parent's environment (``setup.base_env`` when the setup fixed one) without what
+    would reconfigure or leak out of the child."""
+    if setup.base_env is not None:
+        base = setup.base_env
     env = {
         key: value
         for key, value in base.items()
@@ -322,11 +331,12 @@ def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Pa
     if server is not None:
         try:
             return "fork", "", server.run(command[3:], cwd=cwd, env=env, log=log,
-                                          timeout=spec.setup.timeout, stop=stop)
+                                          timeout=spec.setup.timeout, stop=stop,
+                                          nice=spec.setup.nice)
         except ForkUnavailable as error:
             why = str(error)
     ended = _run_group(command, cwd=cwd, env=env, timeout=spec.setup.timeout, log=log,
-                       stop=stop)
+                       stop=stop, nice=spec.setup.nice)
     return "subprocess", "" if spec.setup.mode == "subprocess" else why, ended
 
 
@@ -424,7 +434,7 @@ class RerunStats:
 
 def _run_group(
     command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, nice: int = 0,
 ) -> ForkResult:
     """Run in a new session until it exits, times out or ``stop`` is set; then (in any
     case) kill the group.
@@ -442,6 +452,10 @@ def _run_group(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    if nice:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, process.pid,
+                           os.getpriority(os.PRIO_PROCESS, 0) + nice)
     ended = "timeout"
     try:
         ended = _wait_exited(process, timeout, stop)

@@ -10,13 +10,22 @@ prints the summary. It owns the session's reruns and their warm server (started 
 first failure, ended with the session). A test that crashes an xdist worker is a failure
 to heal too (rerun alone in the sandbox first). It never changes a test outcome or the
 exit status.
+
+With ``--kernelfix-overlap`` (on by default) healing begins while the tests run, in a
+helper process started with the session (:mod:`pytest_kernelfix.session.helper`, which
+runs :mod:`pytest_kernelfix.session.overlap`): each selected failure and each passing
+test is handed over as it arrives, the helper's progress lines are printed between test
+results by the main thread (queued until then), and at the end the helper heals the
+session and hands back its report.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import queue
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +51,8 @@ if TYPE_CHECKING:
     from pytest_kernelfix.report.artifacts import SessionReport
     from pytest_kernelfix.report.publish import Sink
     from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
-    from pytest_kernelfix.session.pipeline import SessionInputs
+    from pytest_kernelfix.session.helper import Helper
+    from pytest_kernelfix.session.pipeline import SessionInputs, Stages
 
 
 def session_project(config: pytest.Config, settings: Settings) -> Project:
@@ -70,18 +80,19 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
         extra_args=carried_args(config.invocation_params.args),
         env=env,
         mode=settings.rerun,
+        base_env=dict(os.environ),
     )
 
 
-def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
-    """The configured fixer behind the ``pytest_kernelfix_propose`` hook."""
+def configured_fixer(settings: Settings) -> Fixer:
+    """The fixer the settings name (a stand-in that says why when it cannot be built)."""
     from pytest_kernelfix.fixers.base import FixerError
-    from pytest_kernelfix.fixers.hook import HookFixer, UnavailableFixer
+    from pytest_kernelfix.fixers.hook import UnavailableFixer
 
     try:
         from pytest_kernelfix.fixers.factory import build_fixer
 
-        configured: Fixer = build_fixer(
+        return build_fixer(
             settings.model,
             api_base=settings.api_base or None,
             timeout=settings.llm_timeout,
@@ -91,16 +102,37 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
             cache_dir=None if settings.no_cache else settings.cache_root,
         )
     except (ValueError, OSError, FixerError) as error:
-        configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
+        return UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
 
+
+def hook_asker(config: pytest.Config) -> Callable[[Any], Any]:
+    """A call of the ``pytest_kernelfix_propose`` hook, one at a time."""
     lock = threading.Lock()
 
     def ask(request: Any) -> Any:
         with lock:  # bugs heal in threads; a conftest hook need not be thread-safe
             return config.hook.pytest_kernelfix_propose(request=request, config=config)
 
-    hooked = bool(config.pluginmanager.hook.pytest_kernelfix_propose.get_hookimpls())
-    return HookFixer(ask, configured, hooked=hooked)
+    return ask
+
+
+def hooked(config: pytest.Config) -> bool:
+    """Whether a conftest file or plugin implements ``pytest_kernelfix_propose``."""
+    return bool(config.pluginmanager.hook.pytest_kernelfix_propose.get_hookimpls())
+
+
+def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
+    """The configured fixer behind the ``pytest_kernelfix_propose`` hook."""
+    from pytest_kernelfix.fixers.hook import HookFixer
+
+    return HookFixer(hook_asker(config), configured_fixer(settings), hooked=hooked(config))
+
+
+def test_processes(config: pytest.Config) -> int:
+    """Processes that run the tests: xdist's workers, else this one."""
+    if is_xdist_controller(config):
+        return max(1, len(getattr(config.option, "tx", None) or ()))
+    return 1
 
 
 #: Shown when healing runs without xdist, where a crashing kernel ends the session.
@@ -133,12 +165,41 @@ class HealingController:
         self.ci_notes: list[str] = []  # about the outputs, written after the report
         self.sinks: tuple[Sink, ...] = ()  # besides the report files and GitHub's outputs
         self._reruns: Reruns | None = None
+        self._helper: Helper | None = None
+        self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # said while tests run
+        self._running = True  # the test run goes on: lines wait for the main thread
+        self._write_lock = threading.Lock()
 
     @functools.cached_property
     def setup(self) -> RerunSetup:
         """How this session reruns tests: built once, for the early server start and for
-        healing alike."""
+        healing alike (with the environment as it is then: what a test sets later does
+        not reach the reruns)."""
         return rerun_setup(self.config, self.settings, self.device)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """With overlap on, the healing helper starts now (with the rerun setup fixed, and
+        its warm server), so that the first failure's heal does not wait for imports."""
+        if not self.settings.overlap:
+            return
+        from pytest_kernelfix.session.helper import Helper, Start
+
+        start = Start(self.settings, self.project, self.setup, test_processes(self.config),
+                      hooked(self.config))
+        try:
+            self._helper = Helper(start, ask=hook_asker(self.config), progress=self._progress)
+        except Exception as error:  # the end of the session heals in this process
+            self.notes.append(f"healing could not begin while the tests ran: "
+                              f"{type(error).__name__}: {error}")
+
+    def stages(self) -> Stages:
+        """The fixer behind the hook, the static guard, the runner, the progress lines."""
+        from pytest_kernelfix.heal.guards import build_guard
+        from pytest_kernelfix.session.pipeline import Stages
+
+        return Stages(fixer=session_fixer(self.config, self.settings),
+                      guard=build_guard(self.project), runner=self.reruns,
+                      progress=self._progress)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -163,10 +224,20 @@ class HealingController:
                                                                   self.project)))
                 return
             self.failures.append(captured)
-            if len(self.failures) == 1:
+            if self._helper is not None:
+                self._helper.failed(captured)
+            elif len(self.failures) == 1:
                 self._warm_reruns()
         elif report.passed:
             self.passed.append(captured)
+            if self._helper is not None:
+                self._helper.passed(captured)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self) -> None:
+        """Between two tests (after the terminal reporter wrote the result): the heal's
+        lines said since."""
+        self._flush()
 
     @property
     def reruns(self) -> Reruns:
@@ -216,9 +287,13 @@ class HealingController:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._flush()
+        self._running = False
         try:
             self._heal_at_end(exitstatus)
         finally:
+            if self._helper is not None:
+                self._helper.close()
             if self._reruns is not None:
                 self._reruns.close()
 
@@ -266,23 +341,47 @@ class HealingController:
         )
 
     def heal(self) -> SessionReport:
-        from pytest_kernelfix.heal.guards import build_guard
-        from pytest_kernelfix.session.pipeline import Stages, run_healing
+        from pytest_kernelfix.session.pipeline import run_healing
 
         inputs = self.inputs()
-        stages = Stages(fixer=session_fixer(self.config, self.settings),
-                        guard=build_guard(inputs.project), runner=self.reruns,
-                        progress=self._progress)
-        return replace(run_healing(inputs, stages), save_prompts=self.settings.save_prompts)
+        report = self._helper.finish(inputs) if self._helper is not None else None
+        if report is None:
+            if self._helper is not None:
+                self.notes.append(f"{self._helper.error}: healing ran after the tests")
+                inputs = self.inputs()
+            report = run_healing(inputs, self.stages())
+        return replace(report, save_prompts=self.settings.save_prompts)
 
     def _progress(self, line: str) -> None:
+        """A progress line: written now once the tests have run (lines come one at a
+        time), queued for the main thread while they run."""
+        if self._running:
+            self._lines.put(line)
+            return
+        with self._write_lock:
+            self._write(line)
+
+    def _flush(self) -> None:
+        """Write the queued lines (the main thread, between test results)."""
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            with self._write_lock:
+                self._write(line)
+
+    def _write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        if not self._progress_shown:  # lines come one at a time (workflow's lock)
+        if not self._progress_shown:
             self._progress_shown = True
             reporter.write_line("")  # end the line of progress dots, even under -q
-            reporter.write_sep("-", "kernelfix: healing")
+            title = "kernelfix: healing" + (" while the tests run" if self._running else "")
+            reporter.write_sep("-", title)
+        elif getattr(reporter, "_width_of_current_line", 0) and not reporter.currentfspath:
+            reporter.write("\n")  # after dots of -q, which leaves no path to end the line
         reporter.write_line(f"kernelfix: {line}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

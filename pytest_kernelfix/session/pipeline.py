@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from pytest_kernelfix.capture.logs import clean_log
 from pytest_kernelfix.capture.records import Failure, PassedTest, Selection, Unselected
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, is_free
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
-from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.loop import Resume, heal
 from pytest_kernelfix.heal.outcomes import (
     HEALED,
     MASKED,
@@ -203,6 +204,8 @@ class _Session:
     results: dict[int, HealResult] = field(default_factory=dict)
     reruns: dict[int, RerunStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Bugs whose heal started while the tests ran, by index (see :class:`HeadStart`).
+    early: Mapping[int, Early] = field(default_factory=dict)
 
     def say(self, group: BugGroup, line: str, *, first: bool = False) -> None:
         """A progress line; with several workers each names its bug."""
@@ -224,6 +227,14 @@ class _Session:
         winners: list[Winner] = []
         for index in chain:
             group = self.groups[index]
+            if index in self.early:  # healed while the tests ran: its last check runs there
+                self.say(group, f"healing {group.id} ({len(group.nodeids)} test(s); "
+                                f"{', '.join(group.editable)})", first=True)
+                result, self.reruns[index] = self.early[index].outcome()
+                self.results[index] = result
+                if result.status == HEALED and result.changed_files:
+                    winners.append(Winner(group.id, result.final))
+                continue
             spent = self.budget.exhausted()
             if spent:
                 self.results[index] = _skipped(group, spent)
@@ -250,30 +261,72 @@ class _Session:
         return sandbox
 
 
-def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
-    """Heal every bug of the session (and, in apply mode, write the healed files); the
-    report, for the controller to publish."""
-    started = time.monotonic()
-    settings = inputs.settings
-    project = inputs.project
-    reach = Reach(project)
-    make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
+def sandbox_exclude(settings: Settings, project: Project) -> list[str]:
+    """What a sandbox copy leaves out: the configured globs, the report and cache dirs."""
     exclude = list(settings.sandbox_exclude)
     for folder in (settings.report_dir, settings.cache_root):
         if folder.is_relative_to(project.root):
             exclude.append(folder.relative_to(project.root).as_posix())
-    budget = Budget(settings.max_cost, settings.max_tokens)
-    stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
+    return exclude
+
+
+class Early(Protocol):
+    """A bug whose heal started while the tests ran (:mod:`pytest_kernelfix.session.overlap`)."""
+
+    def outcome(self) -> tuple[HealResult, RerunStats]:
+        """Its result once it has been checked against the bug's final tests (waits)."""
+        ...
+
+    def retune(self, setup: RerunSetup) -> None:
+        """Rerun the session's way from now on (its jobs, full priority)."""
+        ...
+
+
+class HeadStart(Protocol):
+    """Healing that began while the tests ran: the session's reach and budget (shared),
+    and the bugs already under way."""
+
+    reach: Reach
+    budget: Budget
+    fixer: Fixer | None  # the session's fixer behind the budget, once made
+    began: float | None  # when the first heal began (``time.monotonic()``)
+
+    def assign(self, groups: Sequence[BugGroup], passed: Sequence[PassedTest]
+               ) -> dict[int, Early]:
+        """The bugs of ``groups`` (the final grouping) already under way, by index; each
+        is told its final failing and regression tests."""
+        ...
+
+
+def run_healing(inputs: SessionInputs, stages: Stages, *,
+                head: HeadStart | None = None) -> SessionReport:
+    """Heal every bug of the session (and, in apply mode, write the healed files); the
+    report, for the controller to publish. ``head``: bugs already under way."""
+    started = time.monotonic()
+    settings = inputs.settings
+    project = inputs.project
+    reach = head.reach if head is not None else Reach(project)
+    make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
+    exclude = sandbox_exclude(settings, project)
+    if head is not None and head.fixer is not None:
+        budget, stages = head.budget, replace(stages, fixer=head.fixer)
+    else:
+        budget = Budget(settings.max_cost, settings.max_tokens)
+        stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
     if any(failure.crashed for failure in inputs.failures):
         inputs = _reproduce_crashes(inputs, stages, exclude)
     groups = group_failures(inputs.failures, project, reach)
     healable = groups[:settings.max_groups]
     lanes = chains(healable)
+    early = head.assign(healable, inputs.passed) if head is not None else {}
     gpus = visible_gpus() if inputs.device == "cuda" else ()
     workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
     jobs = rerun_jobs(settings.rerun_jobs, workers, inputs.device, cpu_count())
     inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
+    for bug in early.values():  # a bug under way counts as one of the workers
+        bug.retune(inputs.setup)
     session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
+    session.early = early
     for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
         session.results[index] = _skipped(
             group, f"over the limit of {settings.max_groups} bugs per session "
@@ -283,8 +336,9 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     else:
         _heal_in_parallel(lanes, session)
     results = [(group, session.results[index]) for index, group in enumerate(groups)]
-    return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
-                  workers=workers)
+    began = head.began if head is not None and head.began is not None else started
+    return finish(inputs, results, time.monotonic() - min(began, started),
+                  reruns=session.reruns, workers=workers)
 
 
 def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (
@@ -302,6 +356,8 @@ def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[
 
 def _heal_in_order(order: Sequence[int], session: _Session) -> None:
     """One worker: every bug in grouping order, in one sandbox."""
+    if not order:
+        return
     sandbox = None
     try:
         sandbox = session.heal_chain(sorted(order), None, 0)
@@ -365,11 +421,29 @@ def build_on(originals: Mapping[str, str], winners: Sequence[Winner]) -> (
     return base, tuple(used)
 
 
+def make_verifier(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
+                  reach: Reach) -> Verifier:
+    """The verifier of one bug: its failing tests, the regression set the session's
+    passing tests give, the session's runner and verify mode."""
+    project = inputs.project
+    return Verifier(sandbox, inputs.setup, group, project,
+                    regression=regression_nodeids(group, inputs.passed, project, reach),
+                    runner=stages.runner, mode=inputs.settings.verify,
+                    say=lambda line: stages.progress(f"  {line}"))
+
+
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
-             reach: Reach, winners: Sequence[Winner] = ()) -> HealResult:
+             reach: Reach, winners: Sequence[Winner] = (), *,
+             verifier: Verifier | None = None, resume: Resume | None = None,
+             ask_first: bool | None = None) -> HealResult:
     """One bug, in the given sandbox: a free fixer's first answer, the baseline and
     triage, then (when earlier bugs of its chain healed files it shares) their patches as
-    a candidate, then the round loop from the text they leave."""
+    a candidate, then the round loop from the text they leave.
+
+    ``verifier`` is the bug's own when the caller keeps it (healing while the tests run);
+    with ``resume`` (a heal whose winner a later check rejected) the triage is that
+    verifier's and the round loop goes on from the rejected winner. ``ask_first`` asks
+    the fixer before the baseline even when it is not free (reruns that must wait)."""
     started = time.monotonic()
     project = inputs.project
     try:
@@ -379,17 +453,22 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
     base, earlier = build_on(originals, winners)
     context = build_context(group, project, device=inputs.device,
                             checks=checks_for(inputs.setup.device))
-    verifier = Verifier(sandbox, inputs.setup, group, project,
-                        regression=regression_nodeids(group, inputs.passed, project, reach),
-                        runner=stages.runner, mode=inputs.settings.verify,
-                        say=lambda line: stages.progress(f"  {line}"))
+    verifier = verifier or make_verifier(group, inputs, sandbox, stages, reach)
 
     def done(result: HealResult) -> HealResult:
         """The bug's whole time: its triage and every rerun included."""
         return replace(result, seconds=time.monotonic() - started)
 
+    if resume is not None:
+        try:
+            result = _rounds(group, context, base, verifier, sandbox, stages, inputs, reach,
+                             None, resume)
+        finally:
+            verifier.restore()
+        return replace(result, triage=resume.result.triage, seconds=resume.result.seconds
+                       + time.monotonic() - started)
     first: Proposal | None = None
-    if is_free(stages.fixer) and not earlier:
+    if (is_free(stages.fixer) if ask_first is None else ask_first) and not earlier:
         first, why = _ask_first(_Announced(stages.fixer, stages.progress), context, base)
         if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
             return done(HealResult(group.id, UNHEALED, why))
@@ -410,24 +489,33 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             healed = _healed_by(group, verifier, base, earlier, stages)
             if healed is not None:
                 return done(replace(healed, triage=triaged))
-
-        def on_round(record: RoundRecord) -> None:
-            edits = ", ".join(e.level for e in record.edits) or "no edits"
-            stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
-
-        roots = (*project.roots, str(sandbox.root))
-
-        def tidy(text: str) -> str:
-            return clean_log(text, roots)
-
-        result = heal(
-            context, base, fixer=_Announced(stages.fixer, stages.progress), verify=verifier,
-            rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
-            resolve_need=NeedResolver(project, reach), tidy=tidy, first=first,
-        )
+        result = _rounds(group, context, base, verifier, sandbox, stages, inputs, reach,
+                         first)
         return done(replace(result, triage=triaged))
     finally:
         verifier.restore()
+
+
+def _rounds(group: BugGroup, context: BugContext, base: Mapping[str, str],
+            verifier: Verifier, sandbox: Sandbox, stages: Stages, inputs: SessionInputs,
+            reach: Reach, first: Proposal | None, resume: Resume | None = None) -> HealResult:
+    """The round loop of one bug, its lines said as each round ends."""
+
+    def on_round(record: RoundRecord) -> None:
+        edits = ", ".join(e.level for e in record.edits) or "no edits"
+        stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
+
+    roots = (*inputs.project.roots, str(sandbox.root))
+
+    def tidy(text: str) -> str:
+        return clean_log(text, roots)
+
+    return heal(
+        context, base, fixer=_Announced(stages.fixer, stages.progress), verify=verifier,
+        rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
+        resolve_need=NeedResolver(inputs.project, reach), tidy=tidy, first=first,
+        resume=resume,
+    )
 
 
 #: Seconds between "still waiting" lines while a fixer thinks.

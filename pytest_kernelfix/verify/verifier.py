@@ -37,6 +37,7 @@ front, the poisoned reruns on every failing test).
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,7 +53,7 @@ from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import POISON_MODES, ProbePlan
 from pytest_kernelfix.rerun.probes.checks import failing_site
-from pytest_kernelfix.rerun.report import RerunResult, merge_results
+from pytest_kernelfix.rerun.report import ChildReport, RerunResult, TestOutcome, merge_results
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify import sample
 from pytest_kernelfix.verify.judge import (
@@ -143,6 +144,7 @@ class Verifier:
         self.passed_before: set[str] = set()
         self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
         self.baseline_findings: frozenset[str] = frozenset()
+        self.project = project
         self.workspace = Workspace(sandbox, project.protected_files(
             f.test_path for f in group.failures))
         self.sandbox = sandbox
@@ -160,6 +162,12 @@ class Verifier:
         self.phases: list[Phase] = []
         #: The open phased children: "original" (the bug's), "candidate" (this one's).
         self._children: dict[str, Child | None] = {}
+        #: Outcomes already measured, per candidate and probe (:meth:`remember`).
+        self.known: dict[tuple[str, ProbePlan], dict[str, tuple[TestOutcome, RerunResult]]] | None
+        self.known = None
+        self._code = ""  # the digest of the candidate being verified
+        self._lock = threading.Lock()
+        self._grown: tuple[BugGroup, tuple[str, ...]] | None = None
 
     @property
     def thorough(self) -> bool:
@@ -183,6 +191,44 @@ class Verifier:
             gate_target=self.setup.device.gate_target,
         )
 
+    # -- failures that arrive later (healing while the tests run) ---------------------
+
+    def remember(self) -> None:
+        """Keep every outcome a candidate's clean rerun measured, so that verifying the
+        same candidate again (after :meth:`extend`) reruns only the tests it has not run
+        yet with that probe: an outcome of a test does not depend on the tests run beside
+        it (the split of a rerun across children already relies on that)."""
+        if self.known is None:
+            self.known = {}
+
+    def extend(self, group: BugGroup, regression: Sequence[str]) -> None:
+        """The bug has more failing tests (``group``, a superset) or more regression tests
+        than when this verifier was made: the next verification covers them. Safe to call
+        from another thread; it takes effect when the next verification starts. The
+        representative, the baseline and what was measured on the original code stay."""
+        with self._lock:
+            self._grown = (group, tuple(regression))
+
+    def retune(self, setup: RerunSetup) -> None:
+        """Rerun with ``setup`` from now on (the same suite: other jobs, priority)."""
+        self.setup = setup
+
+    def _grow(self) -> None:
+        with self._lock:
+            grown, self._grown = self._grown, None
+        if grown is None:
+            return
+        group, regression = grown
+        self.group = group
+        self.nodeids = group.nodeids
+        self.regression = tuple(n for n in regression if n not in self.nodeids)
+        self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
+        self.sites = {**{f.nodeid: failing_site([(fr.path, fr.lineno) for fr in f.error.frames],
+                                                f.test_path) for f in group.failures},
+                      **self.sites}
+        self.workspace.protect(self.project.protected_files(
+            f.test_path for f in group.failures))
+
     def restore(self) -> None:
         """Put the original bytes back for every file this verifier wrote; end its
         children."""
@@ -204,10 +250,36 @@ class Verifier:
         test or data files is a rejection (the original code's runs are not judged)."""
         spec = self._spec(name, nodeids, probe, stop_early, setup)
         started = time.monotonic()
-        result = self._in_child(spec, name, candidate) if setup is None else None
-        if result is None:
-            result = self.runner(spec)
+        if self.known is not None and candidate and setup is None:
+            result = self._run_unknown(spec, name)
+        else:
+            result = self._fresh(spec, name, candidate and setup is None)
         return self._settle(name, spec.nodeids, time.monotonic() - started, result, candidate)
+
+    def _fresh(self, spec: RerunSpec, name: str, candidate: bool) -> RerunResult:
+        in_child = self._in_child(spec, name, candidate) if spec.setup is self.setup else None
+        return in_child if in_child is not None else self.runner(spec)
+
+    def _run_unknown(self, spec: RerunSpec, name: str) -> RerunResult:
+        """Rerun only the tests this candidate has not run with this probe, and give
+        back the result of all of them, in order (see :meth:`remember`)."""
+        assert self.known is not None
+        known = self.known.setdefault((self._code, spec.probe), {})
+        todo = tuple(n for n in spec.nodeids if n not in known)
+        fresh = self._fresh(replace(spec, nodeids=todo), name, True) if todo else None
+        if fresh is not None and clean(fresh):
+            for outcome in fresh.outcomes:
+                if spec.probe.poison or outcome.outcome == "passed":
+                    known[outcome.nodeid] = (outcome, fresh)
+        measured = {o.nodeid: o for o in fresh.outcomes} if fresh is not None else {}
+        outcomes = tuple(measured[n] if n in measured else known[n][0]
+                         for n in spec.nodeids if n in measured or n in known)
+        earlier = {id(run): run for n in spec.nodeids if n in known and n not in measured
+                   for run in (known[n][1],)}
+        base = fresh if fresh is not None else RerunResult((), 0, mode="fork", started=0)
+        report = functools.reduce(ChildReport.merged,
+                                  [run.report for run in earlier.values()] + [base.report])
+        return replace(base, outcomes=outcomes, report=report)
 
     @property
     def _phased(self) -> bool:
@@ -353,7 +425,9 @@ class Verifier:
     # -- a candidate -----------------------------------------------------------------
 
     def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+        self._grow()
         self.phases = []
+        self._code = digest(candidate)
         self.workspace.write(candidate)
         tampered = self.workspace.tampered()
         if tampered:
@@ -570,6 +644,20 @@ class Verifier:
             return Verdict(False, judgement.summary, judgement.feedback,
                            kind=VerdictKind.INSENSITIVE)
         return Verdict(True, judgement.summary)
+
+
+def digest(files: Mapping[str, str]) -> str:
+    """What identifies a candidate: its files' paths and texts."""
+    data = hashlib.sha256()
+    for path in sorted(files):
+        data.update(path.encode() + b"\0" + files[path].encode() + b"\0")
+    return data.hexdigest()
+
+
+def clean(result: RerunResult) -> bool:
+    """A rerun that ended by itself and said everything: its outcomes stand alone."""
+    return not (result.timed_out or result.signal or result.collection_errors
+                or result.report_error or result.report.integrity_error or result.running)
 
 
 def as_run(result: RerunResult) -> RerunResult:
