@@ -126,6 +126,8 @@ class _Unit:
             while self.posted is None and not self.final:
                 self.cond.wait()
             posted, self.posted = self.posted, None
+            if posted is not None:
+                self.group, self.regression = posted
             return posted, self.final
 
     def cancel(self) -> None:

@@ -311,9 +311,9 @@ class Verifier:
     def _together(self, runs: Sequence[tuple[str, Sequence[str], ProbePlan]], *,
                   candidate: bool = True) -> Iterator[RerunResult]:
         """Independent reruns of the same code, settled in the order given: one after
-        another in the code's phased child (a caller that stops reading runs no more),
-        else at the same time (each child is a process of its own)."""
-        if self._phased:
+        another in the code's phased child, or when outcomes are kept (a caller that stops
+        reading runs no more), else at the same time (each child a process of its own)."""
+        if self._phased or self.known is not None:
             for name, nodeids, probe in runs:
                 yield self._run(name, nodeids, probe=probe, candidate=candidate)
             return
