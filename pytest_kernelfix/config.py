@@ -91,7 +91,7 @@ OPTIONS: tuple[Option, ...] = (
            "project), or nodeid globs such as 'tests/ops/*' (default: kernel)", "kernel",
            metavar="WHICH"),
     Option("kernelfix_workers", "Bugs healed at the same time, each in its own sandbox "
-           "(bugs sharing a file stay in order): auto (one per visible GPU; half the cores "
+           "(bugs sharing a file stay in order): auto (one per visible GPU; one per core "
            "on the interpreter) or N (default: auto)", 0, "workers", env="KERNELFIX_WORKERS",
            metavar="N"),
     Option("kernelfix_rerun", "How sandbox reruns start: fork (children of a warm server "

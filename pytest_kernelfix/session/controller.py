@@ -170,7 +170,7 @@ class HealingController:
         self._running = True  # the test run goes on: lines wait for the main thread
         self._write_lock = threading.Lock()
 
-    @functools.cached_property
+    @functools.cached_property  # a helper started early sets it to its own
     def setup(self) -> RerunSetup:
         """How this session reruns tests: built once, for the early server start and for
         healing alike (with the environment as it is then: what a test sets later does
@@ -178,16 +178,23 @@ class HealingController:
         return rerun_setup(self.config, self.settings, self.device)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """With overlap on, the healing helper starts now (with the rerun setup fixed, and
-        its warm server), so that the first failure's heal does not wait for imports."""
+        """With overlap on, the healing helper (started before the conftest files where it
+        could be, else now, with its warm server) learns what the session knows now, so
+        that the first failure's heal waits for no import."""
         if not self.settings.overlap:
             return
-        from pytest_kernelfix.session.helper import Helper, Start
+        from pytest_kernelfix.plugin import helper_key
+        from pytest_kernelfix.session import helper
 
-        start = Start(self.settings, self.project, self.setup, test_processes(self.config),
-                      hooked(self.config))
         try:
-            self._helper = Helper(start, ask=hook_asker(self.config), progress=self._progress)
+            started = self.config.stash.get(helper_key, None)
+            if started is None:
+                started = helper.Helper(helper.Start(self.settings, self.project, self.setup))
+            else:
+                self.setup = started.start.setup  # the environment its server started with
+            started.begin(helper.Session(test_processes(self.config), hooked(self.config)),
+                          ask=hook_asker(self.config), progress=self._progress)
+            self._helper = started
         except Exception as error:  # the end of the session heals in this process
             self.notes.append(f"healing could not begin while the tests ran: "
                               f"{type(error).__name__}: {error}")

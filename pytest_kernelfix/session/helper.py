@@ -5,8 +5,9 @@ the interpreter with the tests (CPython 3.11's AST constructor keeps one recursi
 counter per interpreter, so an ``ast.parse`` in a healing thread can make pytest's own
 fail with ``SystemError`` mid-run), their warnings would land in a test's
 ``pytest.warns``, their output in a test's ``capfd``, their locks in a test's
-``fork``. So :class:`Helper` starts ``python -c BOOTSTRAP`` at the start of the
-session, in a session of its own; :func:`main` runs there the
+``fork``. So :class:`Helper` starts ``python -c BOOTSTRAP`` as early as it can, in a
+session of its own (:func:`early`: before the test process imports torch and triton,
+so that the warm rerun server's imports run beside its own); :func:`main` runs there the
 :class:`~pytest_kernelfix.session.overlap.Overlap` (and, at the end, the whole healing
 session), with its own warm rerun server.
 
@@ -59,14 +60,40 @@ STOP_WAIT = 10.0
 @dataclass(frozen=True)
 class Start:
     """What the helper needs to heal like the test process would: the settings, the
-    project, how reruns are made, how many processes run the tests, and whether a
-    ``pytest_kernelfix_propose`` hook is implemented (then the test process answers)."""
+    project and how reruns are made (its warm server starts from this alone)."""
 
     settings: Settings
     project: Project
     setup: RerunSetup
+
+
+@dataclass(frozen=True)
+class Session:
+    """What is known once the session starts: how many processes run the tests, and
+    whether a ``pytest_kernelfix_propose`` hook is implemented (the test process answers
+    it)."""
+
     test_processes: int
     hooked: bool
+
+
+def early(config: Any, namespace: Any, device: str) -> Helper | None:
+    """The helper, started before the test process imports torch and triton (from
+    ``pytest_load_initial_conftests``) where this process will be the one reports reach;
+    None in an xdist worker, or in a pytest started from inside one (the controller
+    starts it at the session's start there), or when it cannot start."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    from pytest_kernelfix.config import load_settings
+    from pytest_kernelfix.session.controller import rerun_setup, session_project
+
+    try:
+        settings = load_settings(config, namespace)
+        start = Start(settings, session_project(config, settings),
+                      rerun_setup(config, settings, device))
+        return Helper(start)
+    except Exception:  # the session's start tries again, and says why
+        return None
 
 
 class RemoteError(Exception):
@@ -86,10 +113,10 @@ class Helper:
     """The test process's end: start the helper, send it records, answer its hook calls,
     print its lines (through ``progress``), get its report."""
 
-    def __init__(self, start: Start, *, ask: Callable[[ProposalRequest], Any],
-                 progress: Callable[[str], None]) -> None:
-        self.ask = ask
-        self.progress = progress
+    def __init__(self, start: Start) -> None:
+        self.start = start
+        self.ask: Callable[[ProposalRequest], Any] = lambda request: None
+        self.progress: Callable[[str], None] = lambda line: None
         self.work = Path(tempfile.mkdtemp(prefix="kernelfix-helper-"))
         self.log = self.work / "helper.log"
         self.report: SessionReport | None = None
@@ -116,6 +143,14 @@ class Helper:
         self.inbox = Connection(ours_in, writable=False)
         self.outbox = Connection(ours_out, readable=False)
         self.send(("start", start))
+        self.reader: threading.Thread | None = None
+
+    def begin(self, session: Session, *, ask: Callable[[ProposalRequest], Any],
+              progress: Callable[[str], None]) -> None:
+        """The session started: what the helper needs to know now, and who answers."""
+        self.ask = ask
+        self.progress = progress
+        self.send(("session", session))
         self.reader = threading.Thread(target=self._read, name="kernelfix-helper-reader",
                                        daemon=True)
         self.reader.start()
@@ -193,7 +228,8 @@ class Helper:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, 9)
             self.process.wait()
-        self.reader.join(STOP_WAIT)
+        if self.reader is not None:
+            self.reader.join(STOP_WAIT)
         with contextlib.suppress(OSError):
             self.inbox.close()
         shutil.rmtree(self.work, ignore_errors=True)
@@ -254,9 +290,18 @@ class Healer:
             reruns.prestart(start.setup)  # its imports run while the helper imports its own
             from pytest_kernelfix.session.overlap import Overlap
 
+            try:
+                message = self.inbox.recv()
+            except (EOFError, OSError):
+                message = ("stop",)
+            if message[0] != "session":  # the session never started: nothing to heal
+                reruns.close()
+                os._exit(0)
+            session: Session = message[1]
             overlap = Overlap(settings=start.settings, project=start.project,
-                              setup=start.setup, stages=lambda: self.stages(start, reruns),
-                              test_processes=start.test_processes, progress=self.line)
+                              setup=start.setup,
+                              stages=lambda: self.stages(start, session, reruns),
+                              test_processes=session.test_processes, progress=self.line)
             finishing: threading.Thread | None = None
             while True:
                 try:
@@ -285,16 +330,16 @@ class Healer:
         overlap.join(STOP_WAIT)
         os._exit(0)  # the daemon threads still asking a model are left behind
 
-    def stages(self, start: Start, reruns: Any) -> Any:
+    def stages(self, start: Start, session: Session, reruns: Any) -> Any:
         from pytest_kernelfix.fixers.hook import HookFixer
         from pytest_kernelfix.heal.guards import build_guard
         from pytest_kernelfix.session.controller import configured_fixer
         from pytest_kernelfix.session.pipeline import Stages
 
         def ask(request: ProposalRequest) -> Any:
-            return self.ask(request) if start.hooked else None
+            return self.ask(request) if session.hooked else None
 
-        fixer = HookFixer(ask, configured_fixer(start.settings), hooked=start.hooked)
+        fixer = HookFixer(ask, configured_fixer(start.settings), hooked=session.hooked)
         return Stages(fixer=fixer, guard=build_guard(start.project), runner=reruns,
                       progress=self.line)
 

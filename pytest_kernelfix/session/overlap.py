@@ -355,6 +355,9 @@ class Overlap:
         try:
             sandbox = Sandbox.create(self.project.root, exclude=self.exclude)
             inputs = self._inputs()
+            with unit.cond:  # the tests known now
+                if unit.posted is not None:
+                    (unit.group, unit.regression), unit.posted = unit.posted, None
             verifier = make_verifier(unit.group, inputs, sandbox, stages, self.reach)
             verifier.remember()
             with unit.cond:
@@ -380,6 +383,8 @@ class Overlap:
             unit.result = HealResult(unit.group.id, "unhealed",
                                      f"healing stopped: {type(error).__name__}: {error}")
         finally:
+            if unit.verifier is not None:
+                unit.verifier.restore()  # its children end
             unit.stats = counted.stats
             if sandbox is not None:
                 sandbox.close()
@@ -391,13 +396,12 @@ class Overlap:
         """The winner on the bug's grown set of tests (only the new ones rerun); when it
         fails one, the heal goes on from it, its last round rejected."""
         group, regression = posted
+        if verifier.covers(group.nodeids, regression):  # its winner was verified on them
+            return result
         self._say(unit, f"checking the patch on {len(group.nodeids)} failing and "
                         f"{len(regression)} regression test(s) known now")
         verifier.extend(group, regression)
-        try:
-            verdict = verifier(result.final)
-        finally:
-            verifier.restore()
+        verdict = verifier(result.final)  # its child lives on for the next check
         if verdict.ok:
             return still_healed(result, verdict)
         self._say(unit, f"the patch fails tests known now: {verdict.summary}")

@@ -166,6 +166,7 @@ class Verifier:
         self.known: dict[tuple[str, ProbePlan], dict[str, tuple[TestOutcome, RerunResult]]] | None
         self.known = None
         self._code = ""  # the digest of the candidate being verified
+        self._child_code = ""  # the candidate whose child stays open (outcomes kept)
         self._lock = threading.Lock()
         self._grown: tuple[BugGroup, tuple[str, ...]] | None = None
 
@@ -208,6 +209,14 @@ class Verifier:
         representative, the baseline and what was measured on the original code stay."""
         with self._lock:
             self._grown = (group, tuple(regression))
+
+    def covers(self, failing: Sequence[str], regression: Sequence[str]) -> bool:
+        """Whether the last verification already ran with these tests (none pending)."""
+        with self._lock:
+            if self._grown is not None:
+                return False
+        return set(failing) <= set(self.nodeids) and set(regression) <= set(
+            self.regression) | set(self.nodeids)
 
     def retune(self, setup: RerunSetup) -> None:
         """Rerun with ``setup`` from now on (the same suite: other jobs, priority)."""
@@ -291,16 +300,29 @@ class Verifier:
     def _in_child(self, spec: RerunSpec, name: str, candidate: bool) -> RerunResult | None:
         """The rerun as a phase of the child of the code in the sandbox (the candidate's,
         or the original's), opened on first use; None where there is none or it cannot
-        run these tests (then it is a rerun of its own)."""
+        run these tests (then it is a rerun of its own). With outcomes kept
+        (:meth:`remember`) the candidate's child collects whole test files and lives on
+        while the candidate is checked again; one that lacks a new test is replaced."""
         if not self._phased:
             return None
         kind = "candidate" if candidate else "original"
-        if kind not in self._children:
-            collect = self.nodeids + (self._kept() if candidate or self.thorough else ())
-            opener: Opener = self.runner  # type: ignore[assignment]
-            self._children[kind] = opener.open(self.setup, self.sandbox.root, collect)
-        child = self._children[kind]
-        return child.run(spec, name) if child is not None else None
+        for attempt in (1, 2):
+            if kind not in self._children:
+                self._children[kind] = self._open(candidate)
+            child = self._children[kind]
+            result = child.run(spec, name) if child is not None else None
+            if result is not None or attempt == 2 or not candidate or self.known is None:
+                return result
+            self._close(kind)  # collected before these tests failed: collect them now
+        return None
+
+    def _open(self, candidate: bool) -> Child | None:
+        collect = self.nodeids + (self._kept() if candidate or self.thorough else ())
+        if candidate and self.known is not None:
+            collect = tuple(dict.fromkeys(nodeid.partition("::")[0] for nodeid in collect))
+            self._child_code = self._code
+        opener: Opener = self.runner  # type: ignore[assignment]
+        return opener.open(self.setup, self.sandbox.root, collect)
 
     def _spec(self, name: str, nodeids: Sequence[str], probe: ProbePlan = _PLAIN,
               stop_early: bool = False, setup: RerunSetup | None = None) -> RerunSpec:
@@ -428,6 +450,8 @@ class Verifier:
         self._grow()
         self.phases = []
         self._code = digest(candidate)
+        if self._child_code != self._code:  # another candidate's child is of no use
+            self._close("candidate")
         self.workspace.write(candidate)
         tampered = self.workspace.tampered()
         if tampered:
@@ -438,7 +462,8 @@ class Verifier:
         except _Rejected as rejected:
             verdict = rejected.verdict
         finally:
-            self._close("candidate")
+            if self.known is None:
+                self._close("candidate")
         return replace(verdict, phases=tuple(self.phases))
 
     def _verify(self, candidate: Mapping[str, str]) -> Verdict:
