@@ -122,6 +122,24 @@ def test_a_second_session_is_answered_from_the_cache_for_free(tmp_path: Path) ->
     assert fresh.calls == 1
 
 
+def test_a_round_that_only_asked_for_code_is_cached_too(tmp_path: Path) -> None:
+    """A "need" answer was paid for like any other: a re-run gets it from the cache."""
+    need = json.dumps({"analysis": "I need the helper", "modifications": [],
+                       "need": ["kernels/act.py:silu"]})
+    declined = json.dumps({"analysis": "x", "modifications": [],
+                           "not_a_kernel_bug": "the test expects float64"})
+    for raw in (need, declined):
+        live = Counting(raw)
+        first = caching(live, tmp_path / str(len(raw)), model="openai/m", api_base=None,
+                        prompts_dir=None).propose(sample_request())
+        again = Counting("never used")
+        hit = caching(again, tmp_path / str(len(raw)), model="openai/m", api_base=None,
+                      prompts_dir=None).propose(sample_request())
+        assert live.calls == 1 and again.calls == 0
+        assert (hit.need, hit.not_a_kernel_bug) == (first.need, first.not_a_kernel_bug)
+        assert hit.usage == Usage(cache_hits=1)
+
+
 def test_unreadable_answers_are_not_stored_and_bad_entries_are_misses(tmp_path: Path) -> None:
     garbled = Counting("Sorry, I cannot help with that.")
     fixer = caching(garbled, tmp_path, model="openai/m", api_base=None, prompts_dir=None)

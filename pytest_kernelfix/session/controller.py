@@ -223,7 +223,8 @@ class HealingController:
                 self._reruns.close()
 
     def _heal_at_end(self, exitstatus: int) -> None:
-        if not self.failures:
+        # failures left unselected alone still get a report: it says how to select them
+        if not (self.failures or self.unselected):
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.notes.append("the session was interrupted: nothing was healed")
