@@ -205,11 +205,14 @@ def test_a_rerun_of_the_same_red_commit_is_answered_from_the_cache(
     args = ("-p", "no:cacheprovider", "--kernelfix", "--kernelfix-model=openai/fake-model",
             f"--kernelfix-api-base={fake_llm.url}", f"--kernelfix-cache-dir={ci_cache}")
 
+    said: list[str] = []
+
     def session(*more: str) -> dict:  # type: ignore[type-arg]
         result = pytester.runpytest_subprocess(*args, *more, timeout=600)
         result.assert_outcomes(failed=1)
         (bug,) = report_of(pytester.path)["bugs"]
         assert bug["status"] == "healed", bug["reason"]
+        said.append(result.stdout.str())
         return report_of(pytester.path)
 
     fake_llm.script(Reply(almost), Reply(better))
@@ -225,6 +228,8 @@ def test_a_rerun_of_the_same_red_commit_is_answered_from_the_cache(
     assert [r["cached"] for r in bug["round_details"]] == [True, True]
     assert (bug["calls"], bug["prompt_tokens"], bug["cost"], bug["cache_hits"]) == (0, 0, 0, 2)
     assert second["totals"]["cache_hits"] == 2 and second["totals"]["calls"] == 0
+    assert "answered from the answer cache" not in said[0]
+    assert said[1].count("answered from the answer cache, no call") == 2  # said as it happens
     markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
     assert "2 answer(s) from the cache (free)" in markdown and "cached;" in markdown
 

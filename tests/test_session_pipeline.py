@@ -222,6 +222,25 @@ def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
             f"`.kernelfix/backup/{report.bugs[0].group.id}`)") in markdown
 
 
+def test_progress_names_the_fixer_and_says_when_the_cache_answered(root: Path) -> None:
+    from pytest_kernelfix.fixers.hook import HookFixer
+
+    class Cached(Answers):
+        name = "litellm:openai/m"
+
+    cached = replace(fix(), usage=Usage(cache_hits=1))
+    lines: list[str] = []
+    unhooked = HookFixer(lambda request: None, Cached(cached), hooked=False)
+    heal_session(inputs(root), Stages(fixer=unhooked, runner=FakeRunner(),
+                                      progress=lines.append))
+    said = [line.strip() for line in lines]
+    assert "round 1: asking litellm:openai/m" in said
+    assert any(line.startswith("round 1: answered from the answer cache, no call (")
+               for line in said)
+    hooked = HookFixer(lambda request: None, Cached(fix()), hooked=True)
+    assert hooked.name == "the hook, then litellm:openai/m"
+
+
 def test_a_fixer_that_loses_its_endpoint_stops_the_session_asking(root: Path) -> None:
     """The first bug pays its retries; the bugs after it are not asked, with one reason."""
     class Lost:
