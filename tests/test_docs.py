@@ -397,7 +397,6 @@ def uploaded(step: Mapping[str, Any], root: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.mark.slow
 def test_the_ci_jobs_pytest_step_runs_as_documented(pytester: pytest.Pytester,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:

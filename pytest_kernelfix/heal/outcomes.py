@@ -75,11 +75,11 @@ class Phase:
 
 
 def step_outcome(outcome: str) -> str:
-    """A step's outcome in words: ``step passed``, ``step failed (regression)`` or ``ran``
+    """A step's outcome in words: ``step passed``, ``step rejected (regression)`` or ``ran``
     (a run of the original code, which judges nothing)."""
     if outcome in ("ran", ""):
         return "ran"
-    return "step passed" if outcome == "passed" else f"step failed ({outcome})"
+    return "step passed" if outcome == "passed" else f"step rejected ({outcome})"
 
 
 def phase_text(phase: Phase) -> str:
