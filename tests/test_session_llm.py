@@ -71,9 +71,9 @@ def test_a_live_model_session_says_what_it_does(
     assert summary.read_text() == markdown
     # each step reads the same in the terminal and in the report
     steps = [line.removeprefix("kernelfix:").strip() for line in out.splitlines()
-             if line.startswith("kernelfix:") and "; step " in line]
+             if line.startswith("kernelfix:") and " → step " in line]
     assert steps and all(step in markdown for step in steps)
-    assert any(step.startswith("sensitivity (nan): ") and step.endswith("; step passed")
+    assert any(step.startswith("sensitivity (nan): ") and step.endswith(" → step passed")
                for step in steps)
     # the "need" round is cached like the fix; the cache dir keeps out of git status
     assert len(list((cache / "answers").rglob("*.json"))) == 2

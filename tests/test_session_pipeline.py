@@ -580,14 +580,14 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
             if line.startswith("failing tests and regression: ")] == [
         "failing tests and regression: running 2 test(s)",
         "failing tests and regression: 2 passed",
-        "failing tests and regression: 2 test(s): 2 passed; step passed"]
+        "failing tests and regression: 2 test(s), 2 passed → step passed"]
     # one vocabulary: each step reads the same in the terminal and in report.md, its tests'
     # results beside the step's own outcome (poisoned tests fail when the step passes)
     markdown = (root / ".kernelfix" / "report.md").read_text()
     (verified,) = [line for line in markdown.splitlines() if "- verified: " in line]
-    steps = verified.split("- verified: ")[1].split("; step ")
-    decided = [line for line in said if "; step " in line]
+    steps = verified.split("- verified: ")[1].split(" → step ")
+    decided = [line for line in said if " → step " in line]
     judged = [p for p in report.bugs[0].result.rounds[-1].phases if p.outcome != "ran"]
     assert len(decided) == len(judged) == len(steps) - 1 == 3
     assert all(line in verified for line in decided)
-    assert "sensitivity (nan): 2 test(s): " in verified
+    assert "sensitivity (nan): 2 test(s), " in verified

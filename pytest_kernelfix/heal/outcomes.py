@@ -83,11 +83,11 @@ def step_outcome(outcome: str) -> str:
 
 
 def phase_text(phase: Phase) -> str:
-    """``sensitivity (nan): 1 test(s): 1 failed; step passed`` (a run of the original
-    code: ``baseline: 1 test(s): 1 failed``)."""
-    tests = f"{len(phase.nodeids)} test(s)" + (f": {phase.results}" if phase.results else "")
+    """``sensitivity (nan): 1 test(s), 1 failed → step passed`` (a run of the original
+    code: ``baseline: 1 test(s), 1 failed``)."""
+    tests = f"{len(phase.nodeids)} test(s)" + (f", {phase.results}" if phase.results else "")
     step = step_outcome(phase.outcome)
-    return f"{phase.name}: {tests}" + ("" if step == "ran" else f"; {step}")
+    return f"{phase.name}: {tests}" + ("" if step == "ran" else f" → {step}")
 
 
 @dataclass(frozen=True)
