@@ -118,6 +118,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_max_tokens", "Stop asking the model once the session used this many "
            "tokens, prompt and completion; the remaining bugs are reported skipped (default: 0, "
            "no cap)", 0, "int", metavar="N"),
+    Option("kernelfix_redact_env", "Environment variables whose values are redacted "
+           "wherever they appear, comma-separated names or globs (STRIPE_*,DB_URL), besides "
+           "those whose name or value looks like a credential", "",
+           env="KERNELFIX_REDACT_ENV", metavar="NAMES"),
 )
 
 #: Boolean options given as a bare flag (``--kernelfix``); the others take ``on|off``.
@@ -279,6 +283,7 @@ class Settings:
     max_tokens: int = 0
     verify: str = "staged"
     save_prompts: bool = True
+    redact_env: tuple[str, ...] = ()
 
     @property
     def cache_root(self) -> Path:
@@ -328,6 +333,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
         save_prompts=bool(value("kernelfix_save_prompts")),
+        redact_env=tuple(value("kernelfix_redact_env").replace(",", " ").split()),
     )
 
 
