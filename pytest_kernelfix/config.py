@@ -76,8 +76,9 @@ OPTIONS: tuple[Option, ...] = (
            "prompts", "", metavar="DIR"),
     Option("kernelfix_save_prompts", "Keep each round's prompt and raw answer, redacted, in "
            "<report dir>/prompts, linked from the report (default: on)", True, "bool"),
-    Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
-           "int", metavar="N"),
+    Option("kernelfix_max_groups", "Heal at most this many bugs of their own per session; a "
+           "bug an earlier bug's patch heals takes no place (default: 10)", 10, "int",
+           metavar="N"),
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
            f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "

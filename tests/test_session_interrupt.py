@@ -124,6 +124,44 @@ def test_sigterm_while_healing_writes_the_report_and_leaves_no_temp_dir(
     assert left_behind(f"KFX_SESSION_PID={session}") == []
 
 
+def test_sigterm_during_the_test_run_still_reports_the_failures_seen(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI cancels the job while the tests run (the warm rerun server already started at
+    the first failure): pytest stops as on Ctrl-C, the failure seen so far is reported as
+    not healed, the report says SIGTERM, and the server and its directory are gone."""
+    write_project(pytester.path, "k1", passing=False)
+    (pytester.path / "tests" / "test_later.py").write_text(
+        "import os\nimport signal\n\n\ndef test_cancelled() -> None:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n\n\ndef test_never_run() -> None:\n"
+        "    pass\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
+                                           "--kernelfix", timeout=300)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "test_never_run" not in result.stdout.str()
+    data = json.loads((pytester.path / ".kernelfix" / "report.json").read_text())
+    assert data["interrupted"] is True
+    (bug,) = data["bugs"]
+    assert bug["reason"] == "not healed: the session was interrupted (SIGTERM) before its turn"
+    assert sorted(path.name for path in temp.glob("kernelfix-*")) == []
+    assert working_in(temp) == []  # the rerun server (its cwd is its directory) is gone
+
+
+def working_in(folder: Path) -> list[int]:
+    """Processes whose working directory is in ``folder``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(entry / "cwd")).is_relative_to(folder):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def left_behind(marker: str, wait: float = 10.0) -> list[int]:
     """Processes whose environment holds ``marker`` (a killed process may take a moment
     to go)."""

@@ -211,8 +211,7 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable,
             child.start(python, pool)
         _follow(spec, children, done, started)
     finally:
-        for child in children:
-            child.close()
+        _close(children)
     parts = [Part(child.spec.nodeids, child.result, child.stopped)
              for child in children if child.result is not None]
     return merge_parts(parts, seconds=time.monotonic() - started, output_budget=OUTPUT_TAIL)
@@ -248,11 +247,27 @@ class _Child:
             self.done.put(self)
 
     def close(self) -> None:
-        """Stop the child if it still runs, wait for its thread, remove its directory."""
+        """Stop the child if it still runs, wait for its thread, remove its directory
+        (removed even when the wait is interrupted: the child is being stopped)."""
         self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-        shutil.rmtree(self.work, ignore_errors=True)
+        try:
+            if self.thread is not None:
+                self.thread.join()
+        finally:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _close(children: Sequence[_Child]) -> None:
+    """Close every child, even when closing one is interrupted (Ctrl-C, SIGTERM); the
+    first interruption is raised once all are closed."""
+    stopped: BaseException | None = None
+    for child in children:
+        try:
+            child.close()
+        except BaseException as error:
+            stopped = stopped or error
+    if stopped is not None:
+        raise stopped
 
 
 def _follow(spec: RerunSpec, children: Sequence[_Child], done: queue.SimpleQueue[_Child],

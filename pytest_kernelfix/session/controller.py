@@ -235,7 +235,8 @@ class HealingController:
         finally:
             try:
                 if self._reruns is not None:
-                    self._reruns.close()
+                    with shielded(self.cancel):  # the servers and their directories go whole
+                        self._reruns.close()
             finally:
                 self._uninstall()
 
@@ -288,7 +289,13 @@ class HealingController:
         from pytest_kernelfix.session.pipeline import Stages, run_healing
 
         inputs = self.inputs()
-        stages = Stages(fixer=session_fixer(self.config, self.settings),
+        if self.cancel.is_set():  # the test run was interrupted: nothing will be asked
+            from pytest_kernelfix.fixers.hook import UnavailableFixer
+
+            fixer: Fixer = UnavailableFixer(f"the session was interrupted ({self.cancel.why})")
+        else:
+            fixer = session_fixer(self.config, self.settings)
+        stages = Stages(fixer=fixer,
                         guard=build_guard(inputs.project), runner=self.reruns,
                         progress=self._progress, cancel=self.cancel)
         return replace(run_healing(inputs, stages), save_prompts=self.settings.save_prompts)

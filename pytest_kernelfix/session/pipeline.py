@@ -309,6 +309,8 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
             _heal_in_parallel(lanes, session)
     except KeyboardInterrupt as stop:  # between two steps of the main thread's heal
         cancel.set(interrupt_name(stop))
+    if cancel.is_set():
+        stages.progress(f"interrupted ({cancel.why}): writing the report of what was healed")
     results = [(group, session.results.get(index) or _skipped(
         group, f"not healed: the session was interrupted ({cancel.why}) before its turn"))
         for index, group in enumerate(groups)]
@@ -331,13 +333,15 @@ def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[
 
 
 def _heal_in_order(order: Sequence[int], session: _Session) -> None:
-    """One worker: every bug in grouping order, in one sandbox."""
+    """One worker: every bug in grouping order, in one sandbox (removed whole even when
+    an interrupt arrives as it is)."""
     sandbox = None
     try:
         sandbox = session.heal_chain(sorted(order), None, 0)
     finally:
         if sandbox is not None:
-            sandbox.close()
+            with shielded(session.stages.cancel):
+                sandbox.close()
 
 
 def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None:
