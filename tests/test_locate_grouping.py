@@ -373,3 +373,33 @@ def test_a_kernel_file_in_another_encoding_is_named_with_its_encoding(project: P
     (why,) = group.unreadable
     assert why.startswith("kernels/gelu.py is encoded as latin-1 (its coding declaration), "
                           "not UTF-8 (byte 0xe9 at offset 31)")
+
+
+def test_wrong_values_from_launches_one_helper_sizes_are_one_bug(tmp_path: Path) -> None:
+    """Two kernels in two modules, each launched by its own wrapper with the block size a
+    shared Python helper computes: the helper is the shared suspect (the wrappers are
+    each kernel's own), unless a passing test's launch goes through it."""
+    files = {"lib/__init__.py": "", "lib/utils.py": "def block(n):\n    return n\n",
+             "tests/test_k.py": "def test_k():\n    pass\n"}
+    for name in ("ka", "kb", "kc"):
+        files[f"lib/{name}.py"] = (
+            f"import triton\nfrom lib.utils import block\n\n\n@triton.jit\ndef {name}(x):\n"
+            f"    pass\n\n\ndef run_{name}(x):\n    b = block(4)\n    {name}[(b,)](x)\n")
+    write_files(tmp_path, files)
+    test = str(tmp_path / "tests" / "test_k.py")
+
+    def launch(name: str) -> KernelLaunch:
+        module = str(tmp_path / "lib" / f"{name}.py")
+        return KernelLaunch(name, module, 6, sites=((module, 12, f"run_{name}"),
+                                                    (test, 2, "test_k")))
+
+    bugs = [Failure(f"tests/test_k.py::test_{name}", test,
+                    ErrorInfo("AssertionError", "Tensor-likes are not close!",
+                              (Frame(test, 2, "test_k"),)), "log", (launch(name),))
+            for name in ("ka", "kb")]
+    project = Project(tmp_path)
+    (group,) = group_failures(bugs, project)
+    assert group.editable[0] == "lib/utils.py"
+    assert {"lib/ka.py", "lib/kb.py"} <= set(group.editable)
+    passing = PassedTest("tests/test_k.py::test_kc", (launch("kc"),))
+    assert len(group_failures(bugs, project, passed=[passing])) == 2

@@ -177,8 +177,9 @@ def group_failures(
     Failures with the same error signature join when they share their sorted editable
     files (the same code), their attributed fault (:func:`fault_of`: one definition
     raised in, or one kernel checked, whichever kernel or wrapper reached it), or, for
-    wrong values checked by the test, a ``@triton.jit`` helper every kernel they launched
-    calls and that no kernel of a ``passed`` test reaches (:class:`_Helpers`). A
+    wrong values checked by the test, a helper every kernel they launched calls (a
+    ``@triton.jit`` function, or a function that sizes the launch) and that no launch of a
+    ``passed`` test reaches (:class:`_Helpers`). A
     group joined from several file sets is named after the smallest of them, so that its
     id does not depend on the order the failures arrived in; its editable files are the
     shared definitions' first, then those of each set, up to :data:`MAX_EDITABLE_FILES`.
@@ -260,8 +261,9 @@ def _raised(failure: Failure, reach: Reach) -> bool:
 
 
 class _Helpers:
-    """Which ``@triton.jit`` helpers may hold the fault of a wrong value: called by the
-    kernels a failing test launched, reached by no kernel a passing test launched."""
+    """Which shared helpers may hold the fault of a wrong value: the ``@triton.jit``
+    helpers the kernels a failing test launched call, and the project functions that size
+    those launches (block sizes, warps), when no launch of a passing test reaches them."""
 
     def __init__(self, project: Project, reach: Reach, passed: Sequence[PassedTest]) -> None:
         self.project = project
@@ -276,27 +278,41 @@ class _Helpers:
         (that definition is its fault) or it launched no project kernel."""
         if not fault or _raised(failure, self.reach):
             return ()
-        found = [item.key for item in located if item.jit and item.key not in fault]
+        found = [key for key in _helpers(located, failure.launches, self.project, self.reach)
+                 if key not in fault]
         if not found:
             return ()
         exercised = self.exercised()
         return tuple(key for key in found if key not in exercised)
 
     def exercised(self) -> set[tuple[str, str]]:
-        """The jit functions the kernels of passing tests reach (worked out once)."""
+        """The helpers the launches of passing tests reach (worked out once)."""
         if self._exercised is None:
             self._exercised = set()
-            seen: set[tuple[str, int]] = set()
+            seen: set[tuple[str, int, str]] = set()
             for test in self.passed:
                 for launch in test.launches:
-                    where = (launch.file, launch.line)
-                    if where in seen or not launch.file or not self.reach.readable(launch.file):
+                    site = launch.sites[0][0] if launch.sites else ""
+                    if (launch.file, launch.line, site) in seen or not launch.file or (
+                            not self.reach.readable(launch.file)):
                         continue
-                    seen.add(where)
+                    seen.add((launch.file, launch.line, site))
+                    located = self.reach.locate(seeds_of(
+                        [], [(launch.file, launch.line, launch.sites)]))
                     self._exercised.update(
-                        item.key for item in self.reach.locate(seeds_of([], [(*where, ())]))
-                        if item.jit)
+                        _helpers(located, (launch,), self.project, self.reach))
         return self._exercised
+
+
+def _helpers(located: Sequence[Located], launches: Sequence[KernelLaunch], project: Project,
+             reach: Reach) -> list[tuple[str, str]]:
+    """The jit functions and the launch-sizing functions among ``located``, less the
+    functions that launched (each wrapper is its kernel's own)."""
+    launchers = {_definition(site[0], site[1], site[2], project, reach)
+                 for launch in launches for site in launch.sites[:1]
+                 if reach.readable(site[0])}
+    return [item.key for item in located
+            if (item.jit or item.pinned) and item.key not in launchers]
 
 
 def launch_files(launch: KernelLaunch, project: Project, reach: Reach) -> set[str]:
