@@ -200,7 +200,8 @@ class PhasedChild:
                 if event.get("event") == "phase_end" and event.get("index") == index:
                     return event, False
             now = time.monotonic()
-            if not self.alive or now >= limit:
+            if not self.alive or now >= limit or (spec.cancel is not None
+                                                   and spec.cancel.is_set()):
                 return None, now >= limit
             if spec.progress is not None and now >= tick:
                 finished = sum(counter.count() for counter in files)

@@ -17,6 +17,11 @@ runs :mod:`pytest_kernelfix.session.overlap`): each selected failure and each pa
 test is handed over as it arrives, the helper's progress lines are printed between test
 results by the main thread (queued until then), and at the end the helper heals the
 session and hands back its report.
+
+From the session's start to its end the first SIGTERM is a ``KeyboardInterrupt``, as
+Ctrl-C is (:mod:`pytest_kernelfix.session.interrupt`): an interrupted session, during the
+test run or while healing, still writes its report, marked ``interrupted``, with every bug
+healed before the interrupt, and removes its temporary directories.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from pytest_kernelfix.capture.records import (
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.device import is_xdist_controller
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, install_sigterm, shielded
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
@@ -52,7 +58,7 @@ if TYPE_CHECKING:
     from pytest_kernelfix.report.publish import Sink
     from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
     from pytest_kernelfix.session.helper import Helper
-    from pytest_kernelfix.session.pipeline import SessionInputs, Stages
+    from pytest_kernelfix.session.pipeline import SessionInputs
 
 
 def session_project(config: pytest.Config, settings: Settings) -> Project:
@@ -169,6 +175,8 @@ class HealingController:
         self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # said while tests run
         self._running = True  # the test run goes on: lines wait for the main thread
         self._write_lock = threading.Lock()
+        self.cancel = Cancel()  # set by the first Ctrl-C or SIGTERM
+        self._uninstall: Callable[[], None] = lambda: None
 
     @functools.cached_property  # a helper started early sets it to its own
     def setup(self) -> RerunSetup:
@@ -178,9 +186,12 @@ class HealingController:
         return rerun_setup(self.config, self.settings, self.device)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """With overlap on, the healing helper (started before the conftest files where it
-        could be, else now, with its warm server) learns what the session knows now, so
-        that the first failure's heal waits for no import."""
+        """From here on the first SIGTERM (CI cancelling the job) ends the session as
+        Ctrl-C does: the report is written and the temporary directories go. With overlap
+        on, the healing helper (started before the conftest files where it could be, else
+        now, with its warm server) learns what the session knows now, so that the first
+        failure's heal waits for no import."""
+        self._uninstall = install_sigterm(self.cancel)
         if not self.settings.overlap:
             return
         from pytest_kernelfix.plugin import helper_key
@@ -198,15 +209,6 @@ class HealingController:
         except Exception as error:  # the end of the session heals in this process
             self.notes.append(f"healing could not begin while the tests ran: "
                               f"{type(error).__name__}: {error}")
-
-    def stages(self) -> Stages:
-        """The fixer behind the hook, the static guard, the runner, the progress lines."""
-        from pytest_kernelfix.heal.guards import build_guard
-        from pytest_kernelfix.session.pipeline import Stages
-
-        return Stages(fixer=session_fixer(self.config, self.settings),
-                      guard=build_guard(self.project), runner=self.reruns,
-                      progress=self._progress)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -299,22 +301,29 @@ class HealingController:
         try:
             self._heal_at_end(exitstatus)
         finally:
-            if self._helper is not None:
-                self._helper.close()
-            if self._reruns is not None:
-                self._reruns.close()
+            try:
+                if self._helper is not None:
+                    with shielded(self.cancel):  # its servers and directories go whole
+                        self._helper.close()
+                if self._reruns is not None:
+                    with shielded(self.cancel):  # the servers and their directories go whole
+                        self._reruns.close()
+            finally:
+                self._uninstall()
 
     def _heal_at_end(self, exitstatus: int) -> None:
-        if not self.failures:
+        # failures left unselected alone still get a report: it says how to select them
+        if not (self.failures or self.unselected):
             return
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.notes.append("the session was interrupted: nothing was healed")
-            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # the report says so; nothing heals
+            self.cancel.set(self.cancel.why or CTRL_C)
         try:
             self.report = self.heal()
-            self.publish()
-        except KeyboardInterrupt:  # Ctrl-C while healing: stop here, end the session as usual
-            self.notes.append("healing was interrupted: nothing more was healed or written")
+            with shielded(self.cancel):  # the first interrupt now is noted, not raised
+                self.publish()
+        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: stop writing, end the session
+            self.notes.append("healing was interrupted twice: the report may be incomplete "
+                              "or missing")
         except Exception as error:  # the session must never crash because of a heal
             from pytest_kernelfix.redact import redact
 
@@ -348,16 +357,26 @@ class HealingController:
         )
 
     def heal(self) -> SessionReport:
-        from pytest_kernelfix.session.pipeline import run_healing
+        from pytest_kernelfix.heal.guards import build_guard
+        from pytest_kernelfix.session.pipeline import Stages, run_healing
 
         inputs = self.inputs()
-        report = self._helper.finish(inputs) if self._helper is not None else None
-        if report is None:
-            if self._helper is not None:
-                self.notes.append(f"{self._helper.error}: healing ran after the tests")
-                inputs = self.inputs()
-            report = run_healing(inputs, self.stages())
-        return replace(report, save_prompts=self.settings.save_prompts)
+        if self._helper is not None:
+            report = self._helper.finish(inputs, self.cancel)
+            if report is not None:
+                return replace(report, save_prompts=self.settings.save_prompts)
+            self.notes.append(f"{self._helper.error}: healing ran after the tests")
+            inputs = self.inputs()
+        if self.cancel.is_set():  # the test run was interrupted: nothing will be asked
+            from pytest_kernelfix.fixers.hook import UnavailableFixer
+
+            fixer: Fixer = UnavailableFixer(f"the session was interrupted ({self.cancel.why})")
+        else:
+            fixer = session_fixer(self.config, self.settings)
+        stages = Stages(fixer=fixer,
+                        guard=build_guard(inputs.project), runner=self.reruns,
+                        progress=self._progress, cancel=self.cancel)
+        return replace(run_healing(inputs, stages), save_prompts=self.settings.save_prompts)
 
     def _progress(self, line: str) -> None:
         """A progress line: written now once the tests have run (lines come one at a

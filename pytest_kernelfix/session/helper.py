@@ -45,6 +45,7 @@ from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup
+from pytest_kernelfix.session.interrupt import Cancel, interrupt_name
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import ProposalRequest
@@ -205,14 +206,26 @@ class Helper:
             reply = ("raised", type(error).__name__, str(error))
         self.send(("answer", number, reply))
 
-    def finish(self, inputs: SessionInputs) -> SessionReport | None:
+    def finish(self, inputs: SessionInputs, cancel: Cancel) -> SessionReport | None:
         """Heal the session (the bugs under way first), waiting for its report; None when
         the helper is gone (the caller heals in this process). What stopped it there is
-        raised here."""
-        if self.done.is_set() or not self.send(("finish", inputs)):
+        raised here. An interrupted session (``cancel`` set) asks for the report of what
+        was healed; the first Ctrl-C or SIGTERM while waiting sets ``cancel`` and asks the
+        helper to stop (its report comes back marked interrupted), a second is raised."""
+        why = cancel.why if cancel.is_set() else ""
+        if self.done.is_set() or not self.send(("finish", inputs, why)):
             return None
-        while not self.done.wait(0.1):  # short waits: Ctrl-C reaches this thread
-            pass
+        while True:
+            try:
+                while not self.done.wait(0.1):  # short waits: Ctrl-C reaches this thread
+                    pass
+                break
+            except KeyboardInterrupt as stop:
+                if why:  # asked twice
+                    raise
+                why = interrupt_name(stop)
+                cancel.set(why)
+                self.send(("cancel", why))
         if self.failure is not None:
             raise self.failure
         return self.report
@@ -262,6 +275,7 @@ class Healer:
         self.lock = threading.Lock()
         self.answers: dict[int, queue.SimpleQueue[tuple[Any, ...]]] = {}
         self.numbers = itertools.count()
+        self.cancel = Cancel()  # the session's first Ctrl-C or SIGTERM, said to us
 
     def send(self, message: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError, ValueError), self.lock:
@@ -301,7 +315,8 @@ class Healer:
             overlap = Overlap(settings=start.settings, project=start.project,
                               setup=start.setup,
                               stages=lambda: self.stages(start, session, reruns),
-                              test_processes=session.test_processes, progress=self.line)
+                              test_processes=session.test_processes, progress=self.line,
+                              cancel=self.cancel)
             finishing: threading.Thread | None = None
             while True:
                 try:
@@ -317,7 +332,11 @@ class Healer:
                     waiting = self.answers.get(message[1])
                     if waiting is not None:
                         waiting.put(message[2])
+                elif kind == "cancel":
+                    self.cancel.set(message[1])
                 elif kind == "finish" and finishing is None:
+                    if message[2]:  # the test run was interrupted
+                        self.cancel.set(message[2])
                     finishing = threading.Thread(target=self.finish,
                                                  args=(overlap, message[1], reruns),
                                                  name="kernelfix-finish", daemon=True)
@@ -341,13 +360,18 @@ class Healer:
 
         fixer = HookFixer(ask, configured_fixer(start.settings), hooked=session.hooked)
         return Stages(fixer=fixer, guard=build_guard(start.project), runner=reruns,
-                      progress=self.line)
+                      progress=self.line, cancel=self.cancel)
 
     def finish(self, overlap: Any, inputs: SessionInputs, reruns: Any) -> None:
         """The session's healing, the bugs under way handed over; its report back."""
         from pytest_kernelfix.session.pipeline import run_healing
 
         try:
+            if self.cancel.is_set():  # nothing more is asked; what was healed is kept
+                from pytest_kernelfix.fixers.hook import UnavailableFixer
+
+                overlap.fixer = overlap.fixer or UnavailableFixer(
+                    f"the session was interrupted ({self.cancel.why})")
             report = run_healing(inputs, overlap.stages(), head=overlap)
             self.send(("report", replace(report, overlap=overlap.overlapped())))
         except BaseException as error:  # raised again in the test process

@@ -48,7 +48,7 @@ from pytest_kernelfix.config import Settings
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
 from pytest_kernelfix.heal.loop import Resume
-from pytest_kernelfix.heal.outcomes import HEALED, HealResult, RoundRecord, Verdict
+from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, HealResult, RoundRecord, Verdict
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
@@ -56,12 +56,14 @@ from pytest_kernelfix.report.artifacts import Overlapped
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.session.interrupt import Cancel, interrupt_name
 from pytest_kernelfix.session.pipeline import (
     Early,
     SessionInputs,
     Stages,
     _Counted,
     heal_bug,
+    interrupted,
     make_verifier,
     sandbox_exclude,
 )
@@ -149,7 +151,12 @@ class _Unit:
         if self.result is None:  # its thread failed: the session reports it
             raise RuntimeError(f"the heal of {self.group.id} stopped without a result")
         group = self.final_group or self.group
-        return replace(self.result, group_id=group.id), self.stats
+        result = replace(self.result, group_id=group.id)
+        if result.status == HEALED and self.verifier is not None and not self.verifier.covers(
+                group.nodeids, ()):  # an interrupt came before its check on later failures
+            result = replace(result, status=UNHEALED, reason=(
+                "interrupted before its patch was checked on the tests that failed later"))
+        return result, self.stats
 
 
 class _Checked:
@@ -197,7 +204,9 @@ class Overlap:
 
     def __init__(self, *, settings: Settings, project: Project, setup: RerunSetup,
                  stages: Callable[[], Stages], test_processes: int = 1,
-                 progress: Callable[[str], None] = lambda line: None) -> None:
+                 progress: Callable[[str], None] = lambda line: None,
+                 cancel: Cancel | None = None) -> None:
+        self.cancel = cancel if cancel is not None else Cancel()
         self.settings = settings
         self.project = project
         self.reach = Reach(project)
@@ -260,8 +269,8 @@ class Overlap:
     def stages(self) -> Stages:
         if self._stages is None:
             stages = self._stages_factory()
-            self.fixer = BudgetedFixer(stages.fixer, self.budget)
-            self._stages = replace(stages, fixer=self.fixer)
+            self.fixer = self.fixer or BudgetedFixer(stages.fixer, self.budget)
+            self._stages = replace(stages, fixer=self.fixer, cancel=self.cancel)
         return self._stages
 
     def _coordinate(self) -> None:
@@ -348,10 +357,11 @@ class Overlap:
         stages = self.stages()
         counted = _Counted(_AfterTheRun(stages.runner, self.tests_ended)
                            if self.wait_for_gpu else stages.runner,
-                           lambda line: self._say(unit, line))
+                           lambda line: self._say(unit, line), self.cancel)
         stages = replace(stages, runner=counted, fixer=_Checked(stages.fixer, unit),
                          progress=lambda line: self._say(unit, line))
         sandbox: Sandbox | None = None
+        result: HealResult | None = None
         try:
             sandbox = Sandbox.create(self.project.root, exclude=self.exclude)
             inputs = self._inputs()
@@ -379,6 +389,9 @@ class Overlap:
                     break
             unit.result = result
             self._say(unit, f"{result.status}: {result.reason}")
+        except KeyboardInterrupt as stop:  # the session was interrupted: what is healed stays
+            why = self.cancel.why or interrupt_name(stop)
+            unit.result = result if result is not None else interrupted(unit.group, stop, why)
         except Exception as error:  # the bug is reported as it ended; the session goes on
             unit.result = HealResult(unit.group.id, "unhealed",
                                      f"healing stopped: {type(error).__name__}: {error}")
@@ -444,9 +457,10 @@ class Overlap:
         return Overlapped(self.started, max(0.0, time.monotonic() - ended))
 
     def stop(self) -> None:
-        """End every heal now (an interrupted session): no fixer is asked again, the
-        threads are left to end with their reruns (the caller closes the servers)."""
+        """End every heal now (the session's end): no fixer is asked again, the threads
+        are left to end with their reruns (the caller closes the servers)."""
         self.stopped = True
+        self.cancel.set(self.cancel.why or "the session ended")
         self.tests_done()
         self.events.put(("end", None))
         for unit in self.units.values():

@@ -40,14 +40,14 @@ import functools
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
-from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind
+from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
@@ -159,6 +159,7 @@ class Verifier:
         self.base: RerunResult | None = None  # the representative on the original code
         self._attributed: tuple[str, ...] | None = None
         self._seen: set[str] = set()  # tests whose findings on the original code are known
+        self._verified: frozenset[str] = frozenset()  # passed on this candidate elsewhere
         self.phases: list[Phase] = []
         #: The open phased children: "original" (the bug's), "candidate" (this one's).
         self._children: dict[str, Child | None] = {}
@@ -169,6 +170,8 @@ class Verifier:
         self._child_code = ""  # the candidate whose child stays open (outcomes kept)
         self._lock = threading.Lock()
         self._grown: tuple[BugGroup, tuple[str, ...]] | None = None
+        #: The failing and regression tests of the last verification that ran to its end.
+        self._verified_with: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
     @property
     def thorough(self) -> bool:
@@ -211,12 +214,9 @@ class Verifier:
             self._grown = (group, tuple(regression))
 
     def covers(self, failing: Sequence[str], regression: Sequence[str]) -> bool:
-        """Whether the last verification already ran with these tests (none pending)."""
-        with self._lock:
-            if self._grown is not None:
-                return False
-        return set(failing) <= set(self.nodeids) and set(regression) <= set(
-            self.regression) | set(self.nodeids)
+        """Whether the last verification that ran to its end covered these tests."""
+        done_failing, done_regression = self._verified_with
+        return set(failing) <= done_failing and set(regression) <= done_regression
 
     def retune(self, setup: RerunSetup) -> None:
         """Rerun with ``setup`` from now on (the same suite: other jobs, priority)."""
@@ -376,20 +376,23 @@ class Verifier:
                 False, f"the rerun changed test or data files: {', '.join(tampered)}",
                 "Running the patched code changed files it must not touch: "
                 + ", ".join(tampered), kind=VerdictKind.TAMPERED))
-        self._record(name, nodeids, seconds, "ran")
-        self.say(f"{name}: {tally(result, nodeids)} ({seconds:.1f} s)")
+        results = tally(result, nodeids)
+        self._record(name, nodeids, seconds, "ran", results)
+        self.say(f"{name}: {results} ({seconds:.1f} s)")
         return result
 
-    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str
-                ) -> None:
-        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome))
+    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str,
+                results: str = "") -> None:
+        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome, results))
 
     def _decide(self, verdict: Verdict, name: str = "") -> Verdict:
-        """Mark the last phase (or the last one called ``name``) with the verdict's kind."""
+        """Mark the last phase (or the last one called ``name``) with the verdict's kind,
+        and say how the step ended beside how its tests did (:func:`phase_text`)."""
         for index in range(len(self.phases) - 1, -1, -1):
             if not name or self.phases[index].name == name:
                 outcome = verdict.kind.value if verdict.kind else ""
                 self.phases[index] = replace(self.phases[index], outcome=outcome)
+                self.say(phase_text(self.phases[index]))
                 break
         return verdict
 
@@ -446,9 +449,14 @@ class Verifier:
 
     # -- a candidate -----------------------------------------------------------------
 
-    def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+    def __call__(self, candidate: Mapping[str, str], *,
+                 verified: Collection[str] = ()) -> Verdict:
+        """The verdict on ``candidate``. ``verified``: regression tests already verified
+        passing on this very candidate (an earlier bug's patch, when it is the whole
+        change): they are not rerun."""
         self._grow()
         self.phases = []
+        self._verified = frozenset(verified)
         self._code = digest(candidate)
         if self._child_code != self._code:  # another candidate's child is of no use
             self._close("candidate")
@@ -464,6 +472,8 @@ class Verifier:
         finally:
             if self.known is None:
                 self._close("candidate")
+        self._verified_with = (frozenset(self.nodeids),
+                               frozenset(self.regression) | frozenset(self.nodeids))
         return replace(verdict, phases=tuple(self.phases))
 
     def _verify(self, candidate: Mapping[str, str]) -> Verdict:
@@ -533,7 +543,13 @@ class Verifier:
         return masked_verdict(found.statements, measured=unchanged is True)
 
     def _kept(self) -> tuple[str, ...]:
-        return tuple(n for n in self.regression if n not in self.broken_before)
+        return tuple(n for n in self.regression
+                     if n not in self.broken_before and n not in self._verified)
+
+    def passing(self) -> tuple[str, ...]:
+        """The tests the last accepted candidate was verified passing on: the failing
+        tests and the regression set, less the tests that fail on the original code."""
+        return (*self.nodeids, *(n for n in self.regression if n not in self.broken_before))
 
     def _rest(self, candidate: Mapping[str, str], result: RerunResult | None
               ) -> tuple[Verdict, RerunResult]:
@@ -556,7 +572,7 @@ class Verifier:
                 return self._decide(verdict), result
             self._on_originals(candidate, functools.partial(self._check_before, unknown))
             if not set(unknown) & self.broken_before:
-                return self._decide(verdict), result
+                return self._decide(verdict, name), result
             result = replace(result, outcomes=tuple(o for o in result.outcomes
                                                     if o.nodeid not in self.broken_before))
             pending, name, probe = tuple(n for n in self._kept() if run.outcome(n) is None), \
