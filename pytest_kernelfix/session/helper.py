@@ -45,7 +45,7 @@ from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup
-from pytest_kernelfix.session.interrupt import Cancel, interrupt_name
+from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, interrupt_name
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import ProposalRequest
@@ -292,6 +292,8 @@ class Healer:
         self.send(("propose", number, request))
         reply = answer.get()
         del self.answers[number]
+        if reply[0] == "raised" and reply[1] == "KeyboardInterrupt":  # Ctrl-C in the hook
+            raise KeyboardInterrupt(reply[2] or CTRL_C)
         if reply[0] == "raised":
             raise raised(reply[1], reply[2])
         return reply[1]
@@ -300,6 +302,9 @@ class Healer:
         from pytest_kernelfix.rerun.launcher import Reruns
 
         start: Start = self.inbox.recv()[1]
+        from pytest_kernelfix import redact
+
+        redact.listed(start.settings.redact_env)  # as the test process redacts
         with Reruns() as reruns:
             reruns.prestart(start.setup)  # its imports run while the helper imports its own
             from pytest_kernelfix.session.overlap import Overlap

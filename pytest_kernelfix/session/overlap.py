@@ -344,7 +344,9 @@ class Overlap:
     # -- one bug -----------------------------------------------------------------------
 
     def _say(self, unit: _Unit, line: str) -> None:
-        self.progress(f"{unit.group.id}: {line.strip()}")
+        """A bug's line: named when more than one bug heals (as with several workers)."""
+        named = len(self.units) > 1 or self.settings.workers > 1
+        self.progress(f"{unit.group.id}: {line.strip()}" if named else f"  {line.strip()}")
 
     def _inputs(self) -> SessionInputs:
         with self.lock:
