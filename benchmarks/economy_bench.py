@@ -295,8 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated bug names")
     parser.add_argument("--keep", type=Path, default=None, help="keep the projects here")
-    parser.add_argument("--baseline", default=None, metavar="REV",
-                        help="also heal every bug with the plugin as it was at REV")
+    parser.add_argument("--baseline", default=None, metavar="REV[,REV]",
+                        help="also heal every bug with the plugin as it was at each REV")
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated, of {', '.join(MODES)} (default: all)")
     parser.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
@@ -311,8 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes: dict[str, tuple[tuple[str, ...], Path | None]] = {
         mode: (options, None) for mode, options in MODES.items()
         if mode in args.modes.split(",")}
-    if args.baseline:
-        modes = {f"before ({args.baseline[:7]})": ((), extract(args.baseline, base)), **modes}
+    for rev in reversed([rev for rev in (args.baseline or "").split(",") if rev]):
+        modes = {f"at {rev[:7]}": ((), extract(rev, base / rev)), **modes}
     print(f"load average before: {os.getloadavg()}")
     totals: dict[str, list[float]] = {mode: [0.0, 0.0, 0.0, 0.0] for mode in modes}
     started = time.monotonic()
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             total_row[1] += plain_failing
             total_row[2] += session
             total_row[3] += plain_selection
-            (report_dir / "report.json").rename(root / f"report-{mode.split()[0]}.json")
+            (report_dir / "report.json").rename(root / f"report-{mode.replace(' ', '-')}.json")
     print("\n== total")
     for mode, (heal, plain_failing, session, plain_selection) in totals.items():
         print(f"  {mode:<10} heal / plain failing = {heal / plain_failing:.2f}x; session / plain "

@@ -16,7 +16,7 @@ machine's load average before and after. A generated project (nothing copied in)
 Triton interpreter, so it runs on any machine:
 
     .venv/bin/python benchmarks/heal_bench.py [--repeat 7] [--sessions 3]
-    .venv/bin/python benchmarks/heal_bench.py --only d --baseline REV [--sessions 5]
+    .venv/bin/python benchmarks/heal_bench.py --only d --baseline REV[,REV] [--sessions 5]
 """
 
 from __future__ import annotations
@@ -197,9 +197,10 @@ def two_bugs(scratch: Path, sessions: int, baseline: str | None) -> None:
     from reach_bench import extract
 
     broken = write_project(scratch / "two", ["k1", "k2"], broken=True)
-    plugins: dict[str, Path | None] = {"this tree": None}
-    if baseline:
-        plugins = {f"before ({baseline[:7]})": extract(baseline, scratch), **plugins}
+    plugins: dict[str, Path | None] = {}
+    for rev in filter(None, (baseline or "").split(",")):
+        plugins[f"at {rev[:7]}"] = extract(rev, scratch / rev)
+    plugins["this tree"] = None
     naive_s: list[float] = []
     plain: list[float] = []
     rows: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in plugins}
@@ -207,7 +208,7 @@ def two_bugs(scratch: Path, sessions: int, baseline: str | None) -> None:
     for index in range(sessions):
         naive_s.append(naive(broken, ok=False))
         plain.append(session(broken, 0, scratch, heal=False)[0])
-        order = list(plugins) if index % 2 == 0 else list(reversed(plugins))
+        order = list(plugins)[index % len(plugins):] + list(plugins)[:index % len(plugins)]
         for name in order:
             wall, heal, report = session(broken, 0, scratch, bugs=2, plugin=plugins[name])
             rows[name][0].append(heal)
@@ -238,8 +239,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=3, help="sessions per worker count")
     parser.add_argument("--only", choices=("abc", "d"), default=None,
                         help="run only (a)-(c), or only (d)")
-    parser.add_argument("--baseline", default=None, metavar="REV",
-                        help="(d): also heal with the plugin as it was at REV")
+    parser.add_argument("--baseline", default=None, metavar="REV[,REV]",
+                        help="(d): also heal with the plugin as it was at each REV")
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {load()}")
