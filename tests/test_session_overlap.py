@@ -193,6 +193,36 @@ def test_a_bug_under_way_that_merges_into_another_is_dropped(
     assert spare_cores(1, cores=2) == 1 and spare_cores(2, cores=2) == 0
 
 
+def test_on_a_gpu_the_tests_keep_to_themselves_the_model_is_asked_first(
+    root: Path, overlaps: list[Overlap], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One GPU, one test process: no GPU is free while the tests run, so the bug's reruns
+    wait for their end, and the model (whose latency is what there is to hide) is asked
+    before the baseline."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    runner = Runner()
+    fixer = Answers(PARTIAL)
+    fixer.free = False  # a paid model: asked after the baseline, unless reruns must wait
+    settings = make_settings(root, rounds=3, workers=1, device="cuda")
+    setup = RerunSetup(root, 10.0, DevicePlan(interpret=False))
+    overlap = Overlap(settings=settings, project=Project(root), setup=setup,
+                      stages=lambda: Stages(fixer=fixer, runner=runner))
+    overlaps.append(overlap)
+    overlap.failed(failure(root, EARLY[0]))
+    deadline = time.monotonic() + 30
+    while not fixer.rounds and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fixer.rounds == [1] and runner.specs == []  # asked, nothing rerun yet
+    assert overlap.wait_for_gpu and overlap.setup.nice > 0
+    inputs = SessionInputs(failures=(failure(root, EARLY[0]),), passed=(), settings=settings,
+                           setup=setup, project=Project(root))
+    report = run_healing(inputs, Stages(fixer=fixer), head=overlap)  # the tests ran
+    (bug,) = report.bugs
+    assert bug.result.status == "healed", bug.result.reason
+    assert runner.specs  # rerun once the run ended
+    assert [spec.setup.nice for spec in runner.specs][-1] == 0  # at full speed by then
+
+
 # -- whole sessions -------------------------------------------------------------------------
 
 HOOK = f"""

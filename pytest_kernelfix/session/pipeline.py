@@ -168,7 +168,8 @@ class _Counted:
         self.cancel = cancel if cancel is not None else Cancel()
         self.stats = RerunStats()
         self.lock = threading.Lock()  # a verifier may run reruns at the same time
-        self.can_open = callable(getattr(runner, "open", None))
+        self.can_open = callable(getattr(runner, "open", None)) and bool(
+            getattr(runner, "can_open", True))
 
     def _spec(self, spec: RerunSpec) -> RerunSpec:
         self.cancel.check()
