@@ -259,8 +259,15 @@ class Helper:
 # -- the helper's side --------------------------------------------------------------------
 
 
+#: How much lower the helper's priority (and so that of everything it starts: the warm
+#: server, every rerun) is than the test run's: it takes the cores the tests leave.
+NICE = 10
+
+
 def main() -> None:
     """The helper process: heal while the tests run, then the session, until stopped."""
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     inbox = Connection(int(sys.argv[1]), writable=False)
     outbox = Connection(int(sys.argv[2]), readable=False)
     Healer(inbox, outbox).serve()

@@ -6,8 +6,9 @@ first failure of a bug starts that work at once, beside the test run:
 
 - **Where it runs.** On the cores the test run leaves: the test run keeps one core per
   test process (xdist workers, else one), the bugs heal on the others, at most one bug
-  per spare core (``--kernelfix-workers`` caps it), and their reruns run at a lower
-  priority (``nice``), so they take what the tests leave even when no core is spare. On
+  per spare core (``--kernelfix-workers`` caps it), and the helper process that heals
+  (:mod:`pytest_kernelfix.session.helper`) runs at a lower priority (``nice`` 10), with
+  all it starts, so it takes what the tests leave even when no core is spare. On
   a GPU, reruns use only the GPUs beyond those of the test processes; without one they
   wait for the end of the run, and the model is asked first meanwhile.
 - **Later failures.** Each failure that arrives is grouped with all the failures so far
@@ -70,8 +71,6 @@ from pytest_kernelfix.session.pipeline import (
 from pytest_kernelfix.session.schedule import cpu_count, visible_gpus, worker_count
 from pytest_kernelfix.verify.verifier import Child, Opener, Runner, Verifier
 
-#: How much lower the priority of reruns made while the tests run is.
-NICE = 10
 #: Seconds between two regroupings of the failures while they arrive.
 REGROUP_EVERY = 0.25
 
@@ -225,8 +224,7 @@ class Overlap:
         env = dict(setup.env)
         if free_gpus:
             env["CUDA_VISIBLE_DEVICES"] = free_gpus[0]
-        self.setup = replace(setup, jobs=max(1, (spare or 1) // self.slots), nice=NICE,
-                             env=env)
+        self.setup = replace(setup, jobs=max(1, (spare or 1) // self.slots), env=env)
         self.tests_ended = threading.Event()
         self.wait_for_gpu = self.device == "cuda" and not free_gpus
         self.failures: list[Failure] = []
