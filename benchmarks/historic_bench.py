@@ -23,9 +23,9 @@ run time, under ``--work`` (cached there between runs):
 :func:`materialise` gives those four; another benchmark can import it.
 
 Healing runs ``pytest --kernelfix`` on a fresh copy of the bugged tree, selecting the
-failing tests that launched a kernel of the project (``kernelfix_select = launched``,
-with the selection's test files as globs, as a maintainer opting in a test directory
-would). The fixer is an oracle, a pytest plugin of this benchmark's own (``-p
+failing tests that launched a kernel of the project and those of the selection's test
+files (``kernelfix_select = launched,<file>::*``, as a maintainer opting in a test
+directory would). The fixer is an oracle, a pytest plugin of this benchmark's own (``-p
 historic_oracle``, a module written under ``--work``, never into their tree): it renders
 the prompt the model would get (``render_messages``) and answers, as search/replace
 edits, each hunk of the true fix whose faulty code the prompt shows, and no edit when
@@ -450,8 +450,8 @@ class Outcome:
 
 
 def _select(selection: Sequence[str]) -> str:
-    files = sorted({nodeid.split("::")[0] for nodeid in selection})
-    return ",".join(["launched", *files])
+    files = sorted({nodeid.split("::")[0] for nodeid in selection if "::" in nodeid})
+    return ",".join(["launched", *(f"{file}::*" for file in files)])
 
 
 def heal(mat: Materialised, work: Path, rounds: int = 3, timeout: int = 2400) -> Outcome:
