@@ -536,7 +536,7 @@ def describe_miss(mat: Materialised, first: dict | None, shown: list[bool], bugs
         return f"the oracle was never asked: {bugs[0]['status']}: {bugs[0]['reason'][:200]}"
     if refused:
         return f"refused: {refused}"
-    parts = []
+    missing: dict[tuple[str, str, str], list[int]] = {}
     prompt = first["prompt"]
     shown_defs = [entry for bug in bugs for entry in bug.get("shown") or ()]
     for hunk, seen in zip(mat.hunks, shown, strict=True):
@@ -544,9 +544,9 @@ def describe_miss(mat: Materialised, first: dict | None, shown: list[bool], bugs
             continue
         name = hunk.definition.rsplit(".", 1)[-1]
         if hunk.file not in prompt:
-            where = "file not in the prompt"
+            where = "file not in the prompt; it showed " + (", ".join(first["files"]) or "none")
         elif any(entry == hunk.file for entry in shown_defs):
-            where = "file shown whole, hunk lines not found (changed?)"
+            where = "file shown whole, hunk lines not found"
         elif any(entry.endswith(":" + hunk.definition) or entry.endswith(":" + name)
                  for entry in shown_defs if entry.startswith(hunk.file)):
             where = "definition shown but cut before the hunk"
@@ -554,7 +554,10 @@ def describe_miss(mat: Materialised, first: dict | None, shown: list[bool], bugs
             where = "definition only in the outline"
         else:
             where = "file shown without the definition"
-        parts.append(f"not shown: {hunk.file}:{hunk.line} in {hunk.definition} ({where})")
+        missing.setdefault((hunk.file, hunk.definition, where), []).append(hunk.line)
+    parts = [f"not shown: {file}: {definition} (line{'s' if len(lines) > 1 else ''} "
+             f"{', '.join(map(str, lines))}: {where})"
+             for (file, definition, where), lines in missing.items()]
     later = [call["round"] for call in calls if call["round"] > 1 and all(call["shown"])]
     if not parts:
         parts.append(f"shown, not healed: {bugs[0]['status']}: {bugs[0]['reason'][:200]}")
