@@ -21,12 +21,13 @@ Every liger op here is correct (it is released and tested on GPUs), so every fai
 the CPU's; the target is none after. ``--child gpu`` runs the same cases compiled on a
 real GPU, without the shim, to confirm the tolerances hold there.
 
-``--checkout liger=PATH`` (a git clone of Liger-Kernel) first runs cases of liger's own
-suite whose CPU verdict is not a GPU's (``REAL_CASES``): a clean test that fails on the
-CPU and a historic bug, put back, that passes there; the trees are made as the
-historic-bug benchmark makes them::
+``--checkout liger=PATH`` / ``--checkout fla=PATH`` (git clones of Liger-Kernel and
+flash-linear-attention) first run cases of those projects' own suites whose CPU verdict
+is not a GPU's (``REAL_CASES``): clean tests that fail on the CPU and a historic bug,
+put back, that passes there; the trees are made as the historic-bug benchmark makes
+them (a project without a checkout is skipped)::
 
-    .venv/bin/python benchmarks/cpu_truth_bench.py [--checkout liger=PATH]
+    .venv/bin/python benchmarks/cpu_truth_bench.py [--checkout liger=PATH] [--checkout fla=PATH]
     python benchmarks/cpu_truth_bench.py --child gpu     # on a machine with a GPU
 """
 
@@ -546,6 +547,18 @@ REAL_CASES = (
      "fail",
      "the regression loses the true-class gradient to rounding in the low-precision "
      "buffer; the test's own low-precision tolerances hide it on the CPU"),
+    ("fla causal conv1d backward with a cache, fp32, clean tree", "fla", None,
+     ("tests/modules/test_conv.py::test_conv_cache_backward"
+      "[B1_T1_D64_W3_has_biasTrue_has_residualTrue_activationswish_torch.float32]",),
+     "pass",
+     "the Triton interpreter refuses a load mask of an integer dtype "
+     "(ValueError: mask has unsupported dtype), which the GPU compiler accepts"),
+    ("fla log-linear attention, partial last chunk, fp32, clean tree", "fla", None,
+     ("tests/ops/test_log_linear_attn.py::test_chunk_partial_last_chunk"
+      "[B1-T70-H4-D64-torch.float32]",),
+     "pass",
+     "a loop index is a Python int on the interpreter, a tensor when compiled: "
+     "`i.to(tl.int64)` raises AttributeError: 'int' object has no attribute 'to'"),
 )
 
 
@@ -567,7 +580,7 @@ def real_cases(checkouts: dict[str, str], work: str) -> None:
             continue
         project = projects[name]
         tree = historic_bench.clean_tree(project, Path(checkout), Path(work))
-        if fix is not None:
+        if fix is not None:  # the historic bugs put back here are liger's cross entropy
             files = ("src/liger_kernel/ops/cross_entropy.py",)
             bug = historic_bench.HistoricBug(name=f"cpu-truth-{fix}", project=name, fix=fix,
                                              files=files, tests=(), description=why)
@@ -584,7 +597,7 @@ def main() -> None:
     parser.add_argument("--child", choices=("before", "after", "gpu"))
     parser.add_argument("--only", choices=("before", "after"))
     parser.add_argument("--checkout", action="append", default=[], metavar="PROJECT=PATH",
-                        help="also run the real suites' cases of this project (liger)")
+                        help="also run the real suites' cases of this project (liger, fla)")
     parser.add_argument("--work", default="/tmp/kernelfix-cpu-truth",
                         help="where the real suites' trees are made")
     args = parser.parse_args()
