@@ -559,6 +559,11 @@ REAL_CASES = (
      "pass",
      "a loop index is a Python int on the interpreter, a tensor when compiled: "
      "`i.to(tl.int64)` raises AttributeError: 'int' object has no attribute 'to'"),
+    ("fla GRPO loss with old log-probabilities, fp32, clean tree", "fla", None,
+     ("tests/modules/test_grpo.py::test_grpo_loss_with_old_logps[unclipped-dtype0]",),
+     "pass",
+     "torch.compile'd code on the shim's CUDA tensors: dynamo's CUDA device interface "
+     "calls torch._C._cuda_getDevice, which a CPU build of torch lacks"),
 )
 
 
