@@ -166,7 +166,9 @@ class HealResult:
     ``path:definition`` for each definition of a focused view). ``healed_by`` names the
     bug whose patch already heals this one (no patch of its own); ``triage`` the steps
     run before round 1; ``seconds`` covers them too. A :data:`MASKED` bug keeps the
-    masking candidate in ``final`` for review.
+    masking candidate in ``final`` for review. ``verified``: the tests a healed bug's
+    candidate was verified passing on (a later bug its patch heals reruns only the
+    others).
     """
 
     group_id: str
@@ -181,6 +183,7 @@ class HealResult:
     shown: tuple[str, ...] = ()
     healed_by: str = ""
     triage: tuple[Phase, ...] = ()
+    verified: tuple[str, ...] = ()
 
     @property
     def changed_files(self) -> tuple[str, ...]:
@@ -189,6 +192,16 @@ class HealResult:
     @property
     def patch(self) -> str:
         return cumulative_diff(self.original, self.final)
+
+
+class HealInterrupted(KeyboardInterrupt):
+    """The round loop was stopped by a Ctrl-C or SIGTERM: ``result`` is what the bug got
+    so far (the rounds played, what they cost), so that the report keeps it. A
+    ``KeyboardInterrupt``: every ``except Exception`` lets it through."""
+
+    def __init__(self, result: HealResult, why: str = "") -> None:
+        super().__init__(*((why,) if why else ()))
+        self.result = result
 
 
 @dataclass(frozen=True)
