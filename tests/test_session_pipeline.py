@@ -609,7 +609,8 @@ def test_bugs_an_earlier_patch_heals_do_not_count_toward_the_limit(root: Path) -
                               (Frame(test, 9, "test_other", "assert_close(...)"),)), "longrepr",
                     (KernelLaunch("other_kernel", str(root / "kernels" / "other.py"), 1),))
     runner = FakeRunner()
-    session = replace(inputs(root, max_groups=1), failures=(*two_error_types(root), third))
+    session = replace(inputs(root, max_groups=1, workers=1),
+                      failures=(*two_error_types(root), third))
     first, second, over = heal_session(session, Stages(fixer=Answers(fix()),
                                                        runner=runner)).bugs
     assert first.result.status == second.result.status == "healed"
@@ -664,7 +665,7 @@ def test_an_interrupt_keeps_the_healed_bugs_and_the_calls_spent(root: Path) -> N
     in apply mode, is written), the second's paid round is reported, nothing of it is
     written, and the report says it was interrupted."""
     two = many_bugs(root)[:2]
-    session = replace(inputs(root, apply=True), failures=two, passed=())
+    session = replace(inputs(root, apply=True, workers=1), failures=two, passed=())
     report = heal_session(session, Stages(fixer=Answers(paid_fix("a"), paid_fix("b")),
                                           runner=InterruptingRunner()))
     healed, stopped = report.bugs
