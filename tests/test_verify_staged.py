@@ -22,7 +22,14 @@ from pytest_kernelfix.rerun.report import CheckSite, Fingerprint, Probe, RerunRe
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify.masks import kernel_output_unchanged
 from pytest_kernelfix.verify.sample import diverse, first, parameters, size
-from pytest_kernelfix.verify.sensitivity import BYPASS, SENSITIVE, judge_kernel, judge_poisoned
+from pytest_kernelfix.verify.sensitivity import (
+    BYPASS,
+    DOUBT,
+    SENSITIVE,
+    judge_kernel,
+    judge_poisoned,
+    poisoned_runs,
+)
 from pytest_kernelfix.verify.verifier import Verifier
 
 TEST = "tests/test_k.py"
@@ -97,16 +104,42 @@ def looped(outcomes: str) -> TestOutcome:
                        probe=Probe(2, 2, 9, "full", (site,), reach=True))
 
 
-@pytest.mark.parametrize(("before", "poisoned", "state"), [
-    ("FPP", "PFF", BYPASS),  # dx failed; poisoned, dx passes while dw, db fail: moved
-    ("FPP", "FFF", SENSITIVE),
-    ("PFP", "FFP", SENSITIVE),
-    ("", "PFF", SENSITIVE),  # not known on the original: the line failed, that is enough
-    ("FP", "PFF", SENSITIVE),  # runs that do not line up: the same
+@pytest.mark.parametrize(("before", "reading", "poisoned", "state"), [
+    # dx failed and read the kernel; poisoned, dx passes while dw, db fail: moved
+    ("FPP", {0}, "PFF", BYPASS),
+    ("FPP", {0}, "FFF", SENSITIVE),
+    ("PFP", {1}, "FFP", SENSITIVE),
+    # y failed, but the kernel's poison reached only the gradient runs: y passing now is
+    # no evidence against a fix of another kernel
+    ("FPP", frozenset(), "PFF", SENSITIVE),
+    # which run read the kernel is not known: a doubt, never a refusal
+    ("FPP", None, "PFF", DOUBT),
+    ("", None, "PFF", SENSITIVE),  # not known on the original: the line failed, enough
+    ("FP", {0}, "PFF", SENSITIVE),  # runs that do not line up: the line still fails
+    ("FP", {0}, "PPP", DOUBT),  # ... and passes: which run did is not known
 ])
-def test_a_check_in_a_loop_is_judged_run_by_run(before: str, poisoned: str, state: str) -> None:
-    judgement = judge_kernel(run(looped(poisoned)), {IDS[0]: LINE}, BACKWARD, {IDS[0]: before})
+def test_a_check_in_a_loop_is_judged_run_by_run(before: str, reading: frozenset[int] | None,
+                                                 poisoned: str, state: str) -> None:
+    judgement = judge_kernel(run(looped(poisoned)), {IDS[0]: LINE}, BACKWARD, {IDS[0]: before},
+                             {IDS[0]: None if reading is None else frozenset(reading)})
     assert judgement.state == state
+    if state == DOUBT:
+        assert "cannot be told" in judgement.summary
+
+
+@pytest.mark.parametrize(("taints", "before", "runs"), [
+    ("CFF", "FPP", frozenset()),  # the failed run read no poison: another kernel's check
+    ("FCC", "FPP", frozenset({0})),
+    ("", "FPP", None),  # read poison, runs not measured one by one
+    ("", "F", frozenset({0})),  # one run: the line's taint is the run's
+    ("FF", "FPP", None),  # not lining up
+])
+def test_the_runs_of_a_check_that_read_a_kernels_poison(taints: str, before: str,
+                                                        runs: frozenset[int] | None) -> None:
+    site = CheckSite(LINE, 9, "full", len(before), before.count("F"), before, taints)
+    outcome = TestOutcome(IDS[0], "passed", "call", launch_count=2,
+                          probe=Probe(2, 2, 9, "full", (site,), reach=True))
+    assert poisoned_runs(run(outcome), IDS[0], LINE, before) == runs
 
 
 def test_with_only_the_attributed_kernel_poisoned_the_failed_check_must_fail() -> None:

@@ -20,6 +20,7 @@ from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.locate.branches import Env, constexpr_env
 from pytest_kernelfix.locate.reach import Located, Reach, Seeds, rank_by_words, seeds_of
+from pytest_kernelfix.locate.signals import checks_gradients, expects_raise, involves_gradients
 from pytest_kernelfix.project import Project
 
 #: Files one bug may edit, at most (the closest to the fault first).
@@ -58,6 +59,8 @@ def failure_seeds(failure: Failure, *, constexprs: bool = False) -> Seeds:
         failure.nodeid,
         [constexpr_env(launch.constexprs, launch.exact) for launch in failure.launches]
         if constexprs else (),
+        gradients=involves_gradients(failure),
+        expects_raise=expects_raise(failure),
     )
 
 
@@ -97,10 +100,16 @@ def editable_files(
 
 
 def _kernel_name(failure: Failure, editable: tuple[str, ...], project: Project) -> str:
+    """The kernel the failing check depends on: one that raised, else for a check of
+    gradients the last kernel launched from a ``backward``, else the first launched."""
     launched = {launch.name for launch in failure.launches if project.contains(launch.file)}
     for frame in reversed(failure.error.frames):
         if frame.name in launched:
             return frame.name
+    backward = [launch.name for launch in failure.launches if project.contains(launch.file)
+                and any(name == "backward" for _, _, name in launch.sites)]
+    if backward and checks_gradients(failure, project):
+        return backward[-1]
     for launch in failure.launches:
         if project.contains(launch.file) and project.relative(launch.file) in editable:
             return launch.name

@@ -47,7 +47,8 @@ class CheckSite:
     NumPy) on non-empty tensors, ``taint`` the most poison they saw (NaN runs: see
     :class:`Probe`); ``runs`` and ``failures`` count the guarded check statements run
     and failed there, ``outcomes`` says how each run ended, in order (``P``/``F``; reach
-    mode only).
+    mode only), ``taints`` the poison each run's reads saw, in the same order (``F``
+    full, ``P`` partial, ``C`` clean, ``-`` no read; NaN runs in reach mode only).
     """
 
     line: int
@@ -56,14 +57,21 @@ class CheckSite:
     runs: int = 0
     failures: int = 0
     outcomes: str = ""
+    taints: str = ""
 
     def to_json(self) -> list[Any]:
-        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes]
+        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes,
+                self.taints]
 
     @classmethod
     def from_json(cls, data: Any) -> CheckSite:
-        line, reads, taint, runs, failures, outcomes = data
-        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes))
+        line, reads, taint, runs, failures, outcomes, *taints = data
+        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes),
+                   str(taints[0]) if taints else "")
+
+    def tainted(self, run: int) -> bool:
+        """Run ``run`` of this check read poison (in part or whole)."""
+        return run < len(self.taints) and self.taints[run] in "FP"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,11 @@ passed on the original are not required to depend on the kernel.
 to poisoned, the check that failed on the original must still fail: a check that
 depends only on other kernels' outputs (a gradient computed with torch from the
 statistics the forward kernel saved, the backward kernel launched and ignored) is a
-bypass.
+bypass. The check is the innermost one that failed (also inside a helper of the test
+module); where one line runs several checks (a loop over outputs), only the runs that
+failed on the original and read the attributed kernel's poison there count. When that
+cannot be told (the runs were not measured one by one, or do not line up), the rule does
+not judge: it notes the doubt, and never refuses a fix for it.
 
 A crash or timeout of a poisoned run counts as a failure of the tests it left
 unfinished: poison broke them. The verdict is the worst evidence: any bypass rejects the
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 
-SENSITIVE, BYPASS, UNMEASURED = "sensitive", "bypass", "unmeasured"
+SENSITIVE, BYPASS, UNMEASURED, DOUBT = "sensitive", "bypass", "unmeasured", "doubt"
 _FAILED = ("failed", "error")
 _SHOWN = 3
 
@@ -198,24 +202,62 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
                                 f"{replaced}")
 
 
-def depends_on(result: RerunResult, nodeid: str, line: int) -> bool:
-    """In a NaN run with some kernels poisoned, the check at ``line`` saw their poison."""
+#: The runs of a check that read a kernel's poison, or None: some did, which cannot be told.
+Runs = frozenset[int] | None
+
+
+def poisoned_runs(result: RerunResult, nodeid: str, line: int, before: str = "") -> Runs:
+    """In a NaN run with some kernels poisoned, the runs of the check at ``line`` that
+    failed on the original code (``before``: how each ended there) and read the poison:
+    empty when none did; None when the check read poison but its runs cannot be told
+    apart (several runs not measured one by one, or not lining up with ``before``)."""
     outcome = result.outcome(nodeid)
     if outcome is None or outcome.probe is None or not outcome.probe.poisoned:
-        return False
+        return frozenset()
     site = outcome.probe.site(line)
-    return site is not None and site.taint in ("full", "partial")
+    if site is None:
+        return frozenset()
+    failed = [run for run, ended in enumerate(before) if ended == "F"]
+    if failed and len(site.taints) == len(before):
+        return frozenset(run for run in failed if site.tainted(run))
+    if site.taint not in ("full", "partial"):
+        return frozenset()
+    return frozenset({0}) if len(before) <= 1 and site.runs <= 1 else None
 
 
 def judge_kernel(result: RerunResult, sites: Mapping[str, int], kernel: str,
-                 before: Mapping[str, str] | None = None) -> Judgement:
+                 before: Mapping[str, str] | None = None,
+                 reading: Mapping[str, Runs] | None = None) -> Judgement:
     """The verdict of a NaN rerun with only ``kernel`` poisoned (``relpath::name``): the
-    check each test failed at on the original must fail again."""
+    check each test failed at on the original must fail again. ``reading`` holds, per
+    test, the runs of that check that read ``kernel``'s poison on the original code
+    (:func:`poisoned_runs`); where a line runs several checks, only those runs count,
+    and where they are not known the rule notes its doubt instead of judging."""
     name = kernel.rpartition("::")[2]
     before = before or {}
-    moved = [nodeid for nodeid, line in sites.items()
-             if (o := result.outcome(nodeid)) is not None and o.probe is not None
-             and o.probe.poisoned and check_passed(o, line, before.get(nodeid, ""))]
+    reading = reading or {}
+    moved, doubts = [], []
+    for nodeid, line in sites.items():
+        outcome = result.outcome(nodeid)
+        ended = before.get(nodeid, "")
+        if outcome is None or outcome.probe is None or not outcome.probe.poisoned or (
+                not check_passed(outcome, line, ended)):
+            continue
+        site = outcome.probe.site(line)
+        runs = site.outcomes if site is not None else ""
+        if len(ended) > 1 or (not ended and site is not None and site.runs > 1):
+            known = reading.get(nodeid)
+            if known is None or len(runs) != len(ended):
+                doubts.append(nodeid)
+                continue
+            if not {run for run in known if runs[run] == "P"}:
+                continue  # the runs that pass now never read this kernel's output
+        moved.append(nodeid)
+    if not moved and doubts:
+        where = ", ".join(_site(n, sites[n]) for n in doubts[:_SHOWN])
+        return Judgement(DOUBT, f"not judged per kernel: the line of the check that failed "
+                                f"({where}) runs several checks, and which of them reads "
+                                f"{name} cannot be told")
     if not moved:
         return Judgement(SENSITIVE, f"the check that failed depends on {name}")
     where = ", ".join(_site(n, sites[n]) for n in moved[:_SHOWN])

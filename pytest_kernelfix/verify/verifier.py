@@ -55,11 +55,13 @@ from pytest_kernelfix.verify.judge import (
 from pytest_kernelfix.verify.masks import kernel_output_unchanged, masked_verdict
 from pytest_kernelfix.verify.sensitivity import (
     BYPASS,
+    DOUBT,
     UNMEASURED,
     Judgement,
-    depends_on,
+    Runs,
     judge_kernel,
     judge_poisoned,
+    poisoned_runs,
 )
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
@@ -130,6 +132,8 @@ class Verifier:
                                              f.test_path) for f in group.failures}
         self.base: RerunResult | None = None  # the representative on the original code
         self._attributed: tuple[str, ...] | None = None
+        #: The runs of the failed check that read the attributed kernel's output.
+        self._reading: Runs = frozenset()
         self._seen: set[str] = set()  # tests whose findings on the original code are known
         self.phases: list[Phase] = []
 
@@ -462,8 +466,8 @@ class Verifier:
 
     def attributed(self, candidate: Mapping[str, str]) -> tuple[str, ...]:
         """The kernel the representative's failed check reads on the original code: of
-        the kernels it launched, the last launched whose NaN output reaches that check
-        (measured once per bug, on the original code)."""
+        the kernels it launched, the last launched whose NaN output reaches a run of
+        that check that failed (measured once per bug, on the original code)."""
         if self._attributed is not None:
             return self._attributed
         self._attributed = ()
@@ -481,9 +485,11 @@ class Verifier:
                 [(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
                   ProbePlan(poison="nan", kernels=(kernel,), reach=True)) for kernel in tries],
                 candidate=False)
+            before = self.before(self.first)
             for kernel, result in zip(tries, results, strict=True):
-                if depends_on(result, self.first, line):
-                    self._attributed = (kernel,)
+                runs = poisoned_runs(result, self.first, line, before)
+                if runs is None or runs:
+                    self._attributed, self._reading = (kernel,), runs
                     return
 
         self._on_originals(candidate, find)
@@ -500,10 +506,13 @@ class Verifier:
                          "not used)")
             return Verdict(True, "not launched")
         judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel,
-                                 {self.first: self.before(self.first)})
+                                 {self.first: self.before(self.first)},
+                                 {self.first: self._reading})
         if judgement.state == BYPASS:
             return Verdict(False, judgement.summary, judgement.feedback,
                            kind=VerdictKind.INSENSITIVE)
+        if judgement.state == DOUBT:  # never a refusal: said beside the verdict
+            notes.append(judgement.summary)
         return Verdict(True, judgement.summary)
 
 

@@ -48,6 +48,8 @@ MAX_FINGERPRINTS = 64
 #: holds poison only in part (a result partly put in place after the launch) outweighs
 #: any number that hold it throughout.
 TAINT_ORDER = ("", "clean", "full", "partial")
+#: One letter per taint, for the taint of each run of a check site (``-``: no read).
+TAINT_LETTERS = {"": "-", "clean": "C", "full": "F", "partial": "P"}
 
 
 @contextlib.contextmanager
@@ -255,8 +257,12 @@ def _taint(tensor: Any) -> str:
     return "full" if bad == tensor.numel() else "partial"
 
 
-def make_observer(sites: CodeSites, *, taint: bool) -> Any:
-    """A torch function mode that watches the test's value checks (see the module doc)."""
+def make_observer(sites: CodeSites, *, taint: bool,
+                  runs: Callable[[int], int] | None = None) -> Any:
+    """A torch function mode that watches the test's value checks (see the module doc).
+    ``runs`` says which run of the check at a line is running (reach mode): each run's
+    reads are then tainted apart, so a loop of checks over several kernels' outputs says
+    which of its runs read which poison."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -270,7 +276,7 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
             self.taint = ""
             self.foreign: set[str] = set()
             self.test_file = test_file
-            #: site line -> [value reads, worst taint] (see :mod:`.checks`)
+            #: site line -> [value reads, worst taint, {run: worst taint}] (see :mod:`.checks`)
             self.sites: dict[int, list[Any]] = {}
 
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
@@ -295,12 +301,15 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
                 if not present:
                     return
                 self.checks += 1
-                site = self.sites.setdefault(site_line(frame, self.test_file), [0, ""])
+                line = site_line(frame, self.test_file)
+                site = self.sites.setdefault(line, [0, "", {}])
                 site[0] += 1
                 if taint:
                     worst = max((_taint(t) for t in present), key=TAINT_ORDER.index)
                     self.taint = max(self.taint, worst, key=TAINT_ORDER.index)
                     site[1] = max(site[1], worst, key=TAINT_ORDER.index)
+                    run = runs(line) if runs is not None else 0
+                    site[2][run] = max(site[2].get(run, ""), worst, key=TAINT_ORDER.index)
 
     return Observer()
 

@@ -1,0 +1,152 @@
+"""What a failure says about where its fault is, besides its frames and launches.
+
+Three readings of one failure, from its error, its traceback and the test's own source:
+
+- **gradients**: the test computes or compares gradients (``.backward()``,
+  ``torch.autograd.grad``, ``.grad``) or the autograd engine raised ("function
+  XBackward returned an incorrect number of gradients"). Then the autograd Function's
+  ``backward`` matters as much as its ``forward``, whichever launched what.
+- **a check of gradients**: the check that failed is the innermost test-side frame (a
+  helper of the test module, a conftest, a test utility module), read outward to the
+  test module's own line; it compares gradients when that text names one, or when
+  autograd raised. A bug whose failing check reads gradients is named after the kernel
+  launched from ``backward``.
+- **an expected exception**: the test expected an exception that never came ("DID NOT
+  RAISE", "Should have thrown an error"): the check that is missing may be in any
+  project function on the way to the launch.
+
+Pure functions over a :class:`~pytest_kernelfix.capture.records.Failure` and the test
+module's text, read once per content (:func:`~.outline.parse_module` caches it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+
+from pytest_kernelfix.capture.errors import Frame
+from pytest_kernelfix.capture.records import Failure
+from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
+from pytest_kernelfix.locate.reach import nodeid_qualname
+from pytest_kernelfix.project import Project
+
+#: Test code that computes or compares gradients.
+GRADIENT_CODE = re.compile(r"\.backward\s*\(|autograd\.grad\s*\(|\.grad\b|\bgradcheck\b")
+#: A failing check's text that names a gradient (``x.grad``, ``dx``, ``grad_w``, ``dW``).
+GRADIENT_WORDS = re.compile(r"\.grad\b|\bgrad(s|ients?)?\b|\bgrad_\w+|\w+_grad\b"
+                            r"|\bd(?!t\b)(?:[a-zA-Z]|input|weight|bias|logits)(?:_\w+)?\b")
+#: An assignment of a gradient (``got = torch.autograd.grad(...)``, ``gx = x.grad``):
+#: the names it binds are gradients too.
+GRADIENT_ASSIGNMENT = re.compile(r"^\s*([\w\s,()\[\]]+?)\s*=\s*[^=].*(?:autograd\.grad\s*\(|\.grad\b)",
+                                 re.M)
+#: Errors the autograd engine raises about a Function's ``backward``.
+AUTOGRAD_ERROR = re.compile(
+    r"incorrect number of gradients|returned an invalid gradient|Backward\d*\b"
+    r"|does not require grad|grad_fn|the graph a second time|modified by an inplace operation")
+#: A test that expected an exception and did not get it.
+NO_RAISE = re.compile(r"DID NOT RAISE|DID NOT WARN|[Ss]hould (have )?(raised?|thrown|throw|"
+                      r"failed|errored)|[Ee]xpected (an? )?(exception|error) (to be raised|was "
+                      r"not raised)|did not raise")
+#: Module-level helpers of the test module followed from the test function, at most.
+_HELPER_DEPTH = 2
+
+
+def _autograd_raised(failure: Failure) -> bool:
+    error = failure.error
+    if AUTOGRAD_ERROR.search(error.headline):
+        return True
+    return any(f"{os.sep}autograd{os.sep}" in frame.path for frame in error.frames[-3:])
+
+
+def test_source(failure: Failure) -> str:
+    """The failing test function's text and that of the test module's functions it calls
+    (two calls deep): what the test itself does."""
+    path = failure.test_path
+    try:
+        stamp = os.stat(path).st_mtime_ns if path else 0
+    except OSError:
+        return ""
+    return _test_source(path, nodeid_qualname(failure.nodeid), stamp) if stamp else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _test_source(path: str, name: str, stamp: int) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    index = parse_module(text)
+    test = index.find(name)
+    if test is None:
+        return ""
+    lines = text.splitlines()
+    chosen = _helpers(index, test)
+    return "\n".join("\n".join(lines[d.start - 1:d.end]) for d in chosen)
+
+
+def _helpers(index: ModuleIndex, test: Definition) -> list[Definition]:
+    chosen = [test]
+    frontier = [test]
+    for _ in range(_HELPER_DEPTH):
+        found = []
+        for definition in frontier:
+            for used in definition.names:
+                helper = index.find(used.split(".")[0])
+                if helper is not None and helper.kind == "function" and helper not in chosen:
+                    chosen.append(helper)
+                    found.append(helper)
+        frontier = found
+    return chosen
+
+
+def involves_gradients(failure: Failure, source: str | None = None) -> bool:
+    """The test computes or compares gradients, a launch ran in a ``backward``, or the
+    autograd engine raised."""
+    if _autograd_raised(failure):
+        return True
+    if any(name == "backward" for launch in failure.launches for _, _, name in launch.sites):
+        return True
+    return bool(GRADIENT_CODE.search(test_source(failure) if source is None else source))
+
+
+def expects_raise(failure: Failure) -> bool:
+    """The test expected an exception that did not come."""
+    return bool(NO_RAISE.search(failure.error.message)) or "DID NOT RAISE" in failure.longrepr
+
+
+def check_frames(failure: Failure, project: Project) -> tuple[Frame, ...]:
+    """The frames of the check that failed, innermost first: the innermost test-side frame
+    (the test module, a conftest, a test utility module) and those outward of it up to
+    and including the first in the test module itself."""
+    frames = []
+    test = os.path.abspath(failure.test_path) if failure.test_path else ""
+    inside = False
+    for frame in reversed(failure.error.frames):
+        path = os.path.abspath(frame.path)
+        test_side = path == test or (project.contains(path) and not project.in_environment(path)
+                                     and project.is_test_file(project.relative(path)))
+        if not test_side:
+            if inside:
+                break  # out of the test code again: a fixture or a plugin called it
+            continue
+        inside = True
+        frames.append(frame)
+        if path == test:
+            break
+    return tuple(frames)
+
+
+def checks_gradients(failure: Failure, project: Project, source: str | None = None) -> bool:
+    """The check that failed compares gradients (its text names one, or a name the test
+    bound to one), or the autograd engine raised."""
+    if _autograd_raised(failure):
+        return True
+    frames = check_frames(failure, project)
+    if any(GRADIENT_WORDS.search(frame.line) for frame in frames):
+        return True
+    text = test_source(failure) if source is None else source
+    bound = {name for match in GRADIENT_ASSIGNMENT.finditer(text)
+             for name in re.findall(r"\w+", match.group(1))}
+    return any(name in bound for frame in frames for name in re.findall(r"\w+", frame.line))
