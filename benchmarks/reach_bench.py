@@ -45,8 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-PROMPT_BUDGET = 22_000  # characters (pytest_kernelfix.locate.context.PROMPT_BUDGET)
-TOKEN_BUDGET = 6_000
+PROMPT_BUDGET = 24_000  # characters (pytest_kernelfix.locate.context.PROMPT_BUDGET)
+TOKEN_BUDGET = 6_500
 
 
 @dataclass(frozen=True)

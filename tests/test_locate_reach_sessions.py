@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-from kernel_project import git_apply_check, git_init, report_of
+from kernel_project import ORACLE_CONFTEST, git_apply_check, git_init, report_of
+
+from pytest_kernelfix.locate.context import PROMPT_BUDGET
 
 HELPERS = '''\
 import triton
@@ -84,30 +86,7 @@ def test_gated(n):
     torch.testing.assert_close(gated(a, b), torch.nn.functional.silu(a) * b)
 '''
 
-#: The fixer answers only when the faulty line is in what it was shown.
-CONFTEST = '''\
-import json
-import os
-
-from pytest_kernelfix.fixers.answer import read_answer
-from pytest_kernelfix.fixers.base import Usage
-from pytest_kernelfix.fixers.prompting import render_messages
-
-BUG = json.loads(os.environ["KERNELFIX_TEST_BUG"])
-
-
-def pytest_kernelfix_propose(request, config):
-    """A model that can fix only what it is shown; it says what it was sent."""
-    messages = render_messages(request)
-    shown = "\\n".join(message["content"] for message in messages)
-    if BUG["bad"].strip() in shown:
-        answer = json.dumps({"analysis": "found it", "modifications": [
-            {"file": BUG["file"], "old_string": BUG["bad"], "new_string": BUG["good"]}]})
-    else:
-        answer = json.dumps({"analysis": "the faulty code is not shown", "modifications": []})
-    sent = sum(len(message["content"]) for message in messages)
-    return read_answer(answer, usage=Usage(calls=1, prompt_chars=sent), source="model")
-'''
+CONFTEST = ORACLE_CONFTEST
 
 INI = "[pytest]\npythonpath = .\n"
 
@@ -155,7 +134,7 @@ def test_a_bug_in_each_module_heals_in_an_unmarked_suite(
     assert report["status"] == "healed", (report["reason"], report["round_details"])
     path = BUGS[bug][0]
     assert report["changed_files"] == [path] and report["rounds"] == 1
-    assert report["first_prompt_chars"] < 22_000
+    assert report["first_prompt_chars"] <= PROMPT_BUDGET
     shown = report["shown"]
     assert "kernels/gated.py:gated_kernel" in shown  # 200 lines: shown focused
     assert "kernels/helpers.py" in shown and "ops/gated.py" in shown

@@ -100,16 +100,25 @@ def editable_files(
 
 
 def _kernel_name(failure: Failure, editable: tuple[str, ...], project: Project) -> str:
-    """The kernel the failing check depends on: one that raised, else for a check of
-    gradients the last kernel launched from a ``backward``, else the first launched."""
-    launched = {launch.name for launch in failure.launches if project.contains(launch.file)}
+    """The kernel the failing check depends on: one that raised; else the last launched
+    from the project function that raised; for a check of gradients the first launched
+    from a ``backward`` (the one every gradient goes through); else the first launched."""
+    ours = [launch for launch in failure.launches if project.contains(launch.file)]
+    launched = {launch.name for launch in ours}
     for frame in reversed(failure.error.frames):
         if frame.name in launched:
             return frame.name
-    backward = [launch.name for launch in failure.launches if project.contains(launch.file)
-                and any(name == "backward" for _, _, name in launch.sites)]
+    raised = next((frame for frame in reversed(failure.error.frames)
+                   if project.is_source(frame.path)), None)
+    if raised is not None:
+        from_there = [launch.name for launch in ours if any(
+            file == raised.path and name == raised.name for file, _, name in launch.sites)]
+        if from_there:
+            return from_there[-1]
+    backward = [launch.name for launch in ours
+                if any(name == "backward" for _, _, name in launch.sites)]
     if backward and checks_gradients(failure, project):
-        return backward[-1]
+        return backward[0]
     for launch in failure.launches:
         if project.contains(launch.file) and project.relative(launch.file) in editable:
             return launch.name

@@ -448,8 +448,8 @@ class Reach:
         if definition.jit and definition.branching is not None:
             if depth >= MAX_JIT_DEPTH:
                 return
-            for file, callee, values in self._jit_callees(path, definition, env):
-                add(file, callee, score - 4, f"called by {name}", depth + 1, values, helper)
+            for file, jitted, values in self._jit_callees(path, definition, env):
+                add(file, jitted, score - 4, f"called by {name}", depth + 1, values, helper)
             called = definition.branching.called
             names = tuple(dict.fromkeys(use.name for use in definition.branching.uses
                                         if not use.call and use.name not in called

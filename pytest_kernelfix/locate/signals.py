@@ -21,6 +21,7 @@ module's text, read once per content (:func:`~.outline.parse_module` caches it).
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import re
@@ -39,8 +40,8 @@ GRADIENT_WORDS = re.compile(r"\.grad\b|\bgrad(s|ients?)?\b|\bgrad_\w+|\w+_grad\b
                             r"|\bd(?!t\b)(?:[a-zA-Z]|input|weight|bias|logits)(?:_\w+)?\b")
 #: An assignment of a gradient (``got = torch.autograd.grad(...)``, ``gx = x.grad``):
 #: the names it binds are gradients too.
-GRADIENT_ASSIGNMENT = re.compile(r"^\s*([\w\s,()\[\]]+?)\s*=\s*[^=].*(?:autograd\.grad\s*\(|\.grad\b)",
-                                 re.M)
+GRADIENT_ASSIGNMENT = re.compile(
+    r"^\s*([\w\s,()\[\]]+?)\s*=\s*[^=].*(?:autograd\.grad\s*\(|\.grad\b)", re.M)
 #: Errors the autograd engine raises about a Function's ``backward``.
 AUTOGRAD_ERROR = re.compile(
     r"incorrect number of gradients|returned an invalid gradient|Backward\d*\b"
@@ -112,8 +113,60 @@ def involves_gradients(failure: Failure, source: str | None = None) -> bool:
 
 
 def expects_raise(failure: Failure) -> bool:
-    """The test expected an exception that did not come."""
-    return bool(NO_RAISE.search(failure.error.message)) or "DID NOT RAISE" in failure.longrepr
+    """The test expected an exception that did not come: its message says so, or the
+    test failed inside a block that expects one (``with pytest.raises(...)``, or a
+    ``try`` whose body fails the test when nothing is raised)."""
+    if NO_RAISE.search(failure.error.message) or "DID NOT RAISE" in failure.longrepr:
+        return True
+    path = failure.test_path
+    lines = [frame.lineno for frame in failure.error.frames
+             if path and os.path.abspath(frame.path) == os.path.abspath(path)]
+    if not lines:
+        return False
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return False
+    return any(start <= line <= end for start, end in _expecting(path, stamp)
+               for line in lines)
+
+
+#: Context managers that expect their body to raise (or warn).
+_EXPECTING = frozenset({"raises", "assertRaises", "assertRaisesRegex", "warns"})
+
+
+def _fails(node: ast.stmt) -> bool:
+    """``assert False``, ``pytest.fail(...)``, ``self.fail(...)``, ``raise AssertionError``."""
+    if isinstance(node, ast.Assert):
+        return isinstance(node.test, ast.Constant) and not node.test.value
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        func = node.value.func
+        return isinstance(func, ast.Attribute) and func.attr == "fail"
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        return isinstance(exc, ast.Name) and exc.id == "AssertionError"
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _expecting(path: str, stamp: int) -> tuple[tuple[int, int], ...]:
+    """The line spans of the blocks of a test module that expect an exception."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                call = item.context_expr
+                func = call.func if isinstance(call, ast.Call) else call
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in _EXPECTING:
+                    spans.append((node.lineno, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Try) and any(_fails(statement) for statement in node.body):
+            spans.append((node.lineno, node.end_lineno or node.lineno))
+    return tuple(spans)
 
 
 def check_frames(failure: Failure, project: Project) -> tuple[Frame, ...]:

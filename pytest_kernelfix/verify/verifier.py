@@ -38,6 +38,7 @@ from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
 from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind
 from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import POISON_MODES, ProbePlan
@@ -117,7 +118,10 @@ class Verifier:
         self.broken_before: set[str] = set()
         #: Regression tests known to pass on the original code.
         self.passed_before: set[str] = set()
-        self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
+        #: Tests a candidate must still launch a kernel in: not one that expected an
+        #: exception, whose fix is to raise before the launch.
+        self.launched = frozenset(f.nodeid for f in group.failures
+                                  if f.launches and not expects_raise(f))
         self.baseline_findings: frozenset[str] = frozenset()
         self.workspace = Workspace(sandbox, project.protected_files(
             f.test_path for f in group.failures))

@@ -199,6 +199,7 @@ class RerunAgent:
         for line in sorted(set(read) | set(ran)):
             reads, taint, per_run = read.get(line, (0, "", {}))
             count = ran.get(line)
+            per_run = dict(per_run)
             taints = "".join(TAINT_LETTERS[per_run.get(run, "")] for run in range(
                 len(count.outcomes))) if count and per_run else ""
             sites.append(CheckSite(line, reads, taint, count.runs if count else 0,
