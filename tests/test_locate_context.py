@@ -26,6 +26,7 @@ from pytest_kernelfix.locate.context import (
     SourceFile,
     build_context,
     current_kernel_lines,
+    fit,
     fit_views,
     map_line,
     render_source,
@@ -199,7 +200,7 @@ def test_a_kernel_longer_than_the_budget_is_cut_and_still_fits(tmp_path: Path) -
     lines = text.splitlines()
     assert "line 700\n" in "\n".join(lines[first - 1:last])
     assert f"# --- lines {last + 1}-" in big.content and f"lines {first}-{last} cut" in big.content
-    assert 'the middle of the_kernel' in cut and '"need": ["kernels/big.py:the_kernel"]' in cut
+    assert 'part of the_kernel' in cut and '"need": ["kernels/big.py:the_kernel"]' in cut
 
 
 #: A norm module the way real ones start: a long import header and constants, then the
@@ -348,3 +349,27 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     _, views = fit_views(unpinned, texts, limit)
     assert "def norm_forward(x, eps, mode):" not in views["kernels/norm.py"].content
     assert "import operator" in views["kernels/norm.py"].content
+
+
+def test_a_cut_keeps_the_line_that_raised_and_the_launch(tmp_path: Path) -> None:
+    """A 300-line launching wrapper that raised half-way, and its kernel: cut for length,
+    the wrapper still shows its head, the line that raised, the launch and its tail."""
+    body = "".join(f"    step_{i} = prepare(x, {i})\n" for i in range(300))
+    text = ("import triton\n\n\n@triton.jit\ndef kernel(x_ptr):\n    pass\n\n\n"
+            "def wrapper(x):\n" + body.replace("    step_150 = prepare(x, 150)\n",
+                                               "    probs = torch.gather(x, -1, target)\n")
+            + "    kernel[(1,)](x)\n    return x\n")
+    lines = text.splitlines()
+    raised = lines.index("    probs = torch.gather(x, -1, target)") + 1
+    launch = lines.index("    kernel[(1,)](x)") + 1
+    located = [Located("ops/w.py", "wrapper", 98.0, "raised the error", tier=TIER_FIRST),
+               Located("ops/w.py", "kernel", 100.0, "launched kernel", True, TIER_KERNEL)]
+    fitted = fit(located, {"ops/w.py": text}, 3_000, anchors={"ops/w.py": [raised, launch]})
+    view = fitted.views["ops/w.py"]
+    assert rendered_size(view) <= 3_100
+    assert "def wrapper(x):" in view.content and "    return x" in view.content
+    assert "probs = torch.gather(x, -1, target)" in view.content
+    assert "kernel[(1,)](x)" in view.content
+    assert "step_100 =" not in view.content and "step_200 =" not in view.content
+    cuts = [line for line in view.outline if "cut for length" in line]
+    assert len(cuts) == 2 and all("part of wrapper" in line for line in cuts)

@@ -175,11 +175,16 @@ def test_a_gradient_failure_shows_forward_and_backward_and_what_sizes_their_buff
     assert found[f"{KERNELS}:act_grad_kernel"].tier == TIER_KERNEL
     assert found[f"{KERNELS}:column_sum_kernel"].tier == TIER_KERNEL
     assert found["fusedlib/ops/utils.py:program_count"].tier == TIER_HELPER  # sizes the buffer
-    # the forward alone launched, but the test computes gradients: backward is shown first
+    # the forward alone launched, the test computes gradients and a gradient check failed
+    # (or autograd raised): backward is shown first, and what it launches
     found = by_name(Reach(Project(root)).locate(
-        seeds_from(root, launches["forward"], gradients=True)))
+        seeds_from(root, launches["forward"], gradients=True, gradient_check=True)))
     assert found[f"{LAYER}:MatmulAct.backward"].tier == TIER_FIRST
     assert found[f"{KERNELS}:act_grad_kernel"].why.startswith("launched by MatmulAct.backward")
+    # the forward check failed before backward ever ran: backward is pinned, a helper
+    found = by_name(Reach(Project(root)).locate(
+        seeds_from(root, launches["forward"], gradients=True)))
+    assert found[f"{LAYER}:MatmulAct.backward"].tier == TIER_HELPER
     plain = by_name(Reach(Project(root)).locate(seeds_from(root, launches["forward"])))
     assert f"{LAYER}:MatmulAct.backward" not in plain
 

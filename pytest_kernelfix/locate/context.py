@@ -242,8 +242,10 @@ class Shape:
 
 #: A docstring of at least this many lines gives way to a marker under the budget.
 DOC_LINES = 4
-#: A span cut for length keeps at least this many characters.
+#: A span cut for length keeps at least this many characters, and the lines this close to
+#: an anchor (the line that raised, a launch).
 MIN_CUT = 400
+ANCHOR_LINES = 8
 
 
 def _spans(index: ModuleIndex, symbols: Sequence[str], shape: Shape) -> list[tuple[int, int]]:
@@ -306,14 +308,14 @@ def _overlaps(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
 
 def render_source(path: str, text: str, symbols: Sequence[str], *,
                   limit: int | None = None, keep: int = 1, shape: Shape = Shape(),
-                  whole: Sequence[str] = ()) -> SourceFile:
+                  whole: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
     """``text`` shown focused on ``symbols`` (qualified names, most important first).
 
     Over ``limit`` characters the last symbols (all but ``keep``) are left to the
     outline; when those kept are still too long, the longest definitions are cut in the
-    middle at line boundaries (those in ``whole`` only when nothing else is left), and
-    the outline says which lines are missing. A module that does not parse is shown
-    whole.
+    middle at line boundaries (those in ``whole`` only when nothing else is left), the
+    lines around each of ``anchors`` kept, and the outline says which lines are missing.
+    A module that does not parse is shown whole.
     """
     index = parse_module(text)
     if index.error:
@@ -325,8 +327,15 @@ def render_source(path: str, text: str, symbols: Sequence[str], *,
         kept.pop()
         view = _render(path, text, index, lines, kept, shape)
     if limit is not None and rendered_size(view) > limit:
-        view = _render(path, text, index, lines, kept, shape, room=limit - rendered_size(view),
-                       whole=whole)
+        room = limit - rendered_size(view)
+        for _ in range(4):  # the markers of a cut cost characters too: cut more for them
+            cut = _render(path, text, index, lines, kept, shape, room=room, whole=whole,
+                          anchors=anchors)
+            over = rendered_size(cut) - limit
+            if over <= 0:
+                break
+            room -= over
+        view = cut
     return view
 
 
@@ -334,34 +343,63 @@ def _size(lines: Sequence[str], start: int, end: int) -> int:
     return sum(len(line) + 1 for line in lines[start - 1:end])
 
 
+def _kept(start: int, end: int, lines: Sequence[str], budget: int,
+          anchors: Sequence[int]) -> set[int]:
+    """The lines of ``start``-``end`` kept within ``budget`` characters: those around
+    each anchor (a traceback line, a launch), then the head and the tail."""
+    keep = {line for anchor in anchors if start <= anchor <= end
+            for line in range(max(start, anchor - ANCHOR_LINES),
+                              min(end, anchor + ANCHOR_LINES) + 1)}
+    left = budget - sum(len(lines[line - 1]) + 1 for line in keep)
+    head = left * 0.6
+    for line in range(start, end + 1):
+        if line in keep:
+            continue
+        if len(lines[line - 1]) + 1 > head:
+            break
+        head -= len(lines[line - 1]) + 1
+        left -= len(lines[line - 1]) + 1
+        keep.add(line)
+    for line in range(end, start - 1, -1):
+        if line in keep:
+            continue
+        if len(lines[line - 1]) + 1 > left:
+            break
+        left -= len(lines[line - 1]) + 1
+        keep.add(line)
+    return keep
+
+
+def _runs(lines: Iterable[int]) -> list[tuple[int, int]]:
+    """Consecutive line numbers as (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for line in sorted(lines):
+        if runs and runs[-1][1] == line - 1:
+            runs[-1] = (runs[-1][0], line)
+        else:
+            runs.append((line, line))
+    return runs
+
+
 def _cut(spans: list[tuple[int, int]], lines: Sequence[str], room: int,
-         ranges: Sequence[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """``spans`` with ``-room`` characters cut out of the middle of ``ranges`` (the
-    definitions shown, in the order they may be cut), the head and the tail of each
-    kept: a kernel's fault is as often in its final store as in its loads. Returns the
-    spans left and the line ranges cut."""
+         ranges: Sequence[tuple[int, int]], anchors: Sequence[int] = ()
+         ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """``spans`` with ``-room`` characters cut out of ``ranges`` (the definitions shown, in
+    the order they may be cut). Each keeps its head, its tail (a kernel's fault is as
+    often in its final store as in its loads) and the lines around its ``anchors`` (the
+    line that raised, the launch). Returns the spans left and the line ranges cut."""
     cuts: list[tuple[int, int]] = []
     remaining = -room
     for start, end in ranges:
         if remaining <= 0:
             break
         size = _size(lines, start, end)
-        budget = max(size - remaining, MIN_CUT)
-        if budget >= size:
+        keep = _kept(start, end, lines, max(size - remaining, MIN_CUT), anchors)
+        gone = _runs(set(range(start, end + 1)) - keep)
+        if not gone:
             continue
-        head_end, used = start - 1, 0
-        while head_end < end and used + len(lines[head_end]) + 1 <= budget * 0.6:
-            used += len(lines[head_end]) + 1
-            head_end += 1
-        tail_start = end + 1
-        while tail_start - 1 > head_end + 1 and (
-                used + len(lines[tail_start - 2]) + 1 <= budget):
-            used += len(lines[tail_start - 2]) + 1
-            tail_start -= 1
-        if tail_start <= head_end + 1:
-            continue
-        cuts.append((head_end + 1, tail_start - 1))
-        remaining -= size - used
+        cuts += gone
+        remaining -= sum(_size(lines, a, b) for a, b in gone)
     left = list(spans)
     for a, b in cuts:
         pieces = []
@@ -376,7 +414,7 @@ def _cut(spans: list[tuple[int, int]], lines: Sequence[str], room: int,
 
 def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
             symbols: Sequence[str], shape: Shape, room: int = 0,
-            whole: Sequence[str] = ()) -> SourceFile:
+            whole: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
     """The focused view; a negative ``room`` cuts that many characters out of the
     longest definitions shown, those in ``whole`` last."""
     spans = _merge(_spans(index, symbols, shape), lines)
@@ -385,7 +423,7 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
         defined = [d for name in symbols if (d := index.find(name)) is not None]
         ranges = [(d.start, d.end) for d in sorted(
             defined, key=lambda d: (d.qualname in whole, d.start - d.end))]
-        spans, cuts = _cut(spans, lines, room, ranges or spans)
+        spans, cuts = _cut(spans, lines, room, ranges or spans, anchors)
     holes = [hole for hole in _holes(index, symbols, shape)
              if any(start <= hole[0] and hole[1] <= end for start, end in spans)]
     parts: list[str] = []
@@ -411,7 +449,7 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
                       and d.kind != "class"), None)
         name = f"{owner.qualname} (lines {owner.start}-{owner.end})" if owner else "a definition"
         ask = f'; "need": ["{path}:{owner.qualname}"] shows it whole' if owner else ""
-        outline.append(f"{a}-{b}: the middle of {name}, cut for length{ask}")
+        outline.append(f"{a}-{b}: part of {name}, cut for length{ask}")
     start, end = index.import_span
     if spans and not shape.header and start and not any(
             a <= start and end <= b for a, b in spans):
@@ -442,10 +480,19 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
     return SourceFile(path, text, view, tuple(outline), shown)
 
 
+#: What the fix template adds around a file: the heading and fences of one shown whole
+#: (a test's heading is the longest), of one shown focused, and the outline's heading.
+FILE_FRAME = 50
+FOCUSED_FRAME = 160
+OUTLINE_FRAME = 100
+
+
 def rendered_size(source: SourceFile) -> int:
     """Characters a prompt spends on one file (its heading, code and outline)."""
-    return len(source.path) + 40 + len(source.content) + sum(len(line) + 3
-                                                              for line in source.outline)
+    outline = (len(source.path) + OUTLINE_FRAME + sum(len(line) + 3 for line in source.outline)
+               if source.outline else 0)
+    frame = FOCUSED_FRAME if source.focused else FILE_FRAME
+    return len(source.path) + frame + len(source.content) + outline
 
 
 def choose_focus(
@@ -466,7 +513,7 @@ def choose_focus(
         size = 0
         for path, text in texts.items():
             if path in whole:
-                size += len(path) + 40 + len(text)
+                size += len(path) + FILE_FRAME + len(text)
             elif path in focus:
                 size += rendered_size(render_source(path, text, focus[path]))
         return size
@@ -508,10 +555,12 @@ class Fitted:
 
 
 def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
-        tests: Sequence[tuple[SourceFile, SourceFile]] = ()) -> Fitted:
+        tests: Sequence[tuple[SourceFile, SourceFile]] = (),
+        anchors: Mapping[str, Sequence[int]] | None = None) -> Fitted:
     """The views of the editable files ``texts`` and of the tests (each given as its
     preferred view and its least one: the failing tests and their helpers), within
-    ``limit`` characters.
+    ``limit`` characters; ``anchors`` are, per file, the lines a cut keeps (where the
+    error was raised, where kernels were launched).
 
     What is shown is ordered by the tiers of ``located`` (the frame that raised and the
     functions that launch the kernels, the launched kernels, their helpers, the rest),
@@ -522,9 +571,10 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
     then the constants the definitions read, are left out (the largest view first).
     Only then does code go: definitions move to the outline, the last tier first and the
     lowest scored first, never one of the first two tiers (the launching functions and
-    the launched kernels); last, the longest spans are cut in the middle, each cut named
-    in its view's outline.
+    the launched kernels); last, the longest definitions are cut, their heads, tails and
+    anchors kept, each cut named in its view's outline.
     """
+    anchors = anchors or {}
     chosen = [preferred for preferred, _ in tests]
     focus = choose_focus(located, texts, limit - sum(rendered_size(t) for t in chosen))
     shapes = {path: Shape() for path in texts}
@@ -576,6 +626,7 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
                  if (path, name) in tiers and tiers[path, name].tier == TIER_FIRST]
         views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
                                     shape=shapes[path], whole=first,
+                                    anchors=anchors.get(path, ()),
                                     limit=max(rendered_size(views[path]) - over, 1_000))
     return Fitted(dict(focus), views, tuple(chosen))
 
@@ -619,6 +670,18 @@ def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int, *,
     return SourceFile(path, text, view.view, view.outline[:10], view.shown)
 
 
+def anchors_of(group: BugGroup, project: Project) -> dict[str, list[int]]:
+    """Per editable file, the lines a cut keeps: the traceback's and the launches'."""
+    anchors: dict[str, list[int]] = {}
+    failure = group.first
+    places = [(frame.path, frame.lineno) for frame in failure.error.frames]
+    places += [(file, line) for launch in failure.launches for file, line, _ in launch.sites]
+    for path, line in places:
+        if project.contains(path) and (rel := project.relative(path)) in group.editable:
+            anchors.setdefault(rel, []).append(line)
+    return anchors
+
+
 def build_context(
     group: BugGroup,
     project: Project,
@@ -642,8 +705,10 @@ def build_context(
                                  whole=False)))
     texts = {rel: redact(read_source(project.root / rel), environ) for rel in group.editable}
     nodeid_chars = sum(len(nodeid) + 3 for nodeid in group.nodeids[:10])
-    limit = budget - RESERVED - len(error_log) - nodeid_chars
-    fitted = fit(group.located, texts, max(limit, 2_000), tests)
+    located_lines = kernel_lines(group.first.error, project, group.editable)
+    said = len(group.first.error.headline) + sum(len(line) + 3 for line in located_lines)
+    limit = budget - RESERVED - len(error_log) - nodeid_chars - said
+    fitted = fit(group.located, texts, max(limit, 2_000), tests, anchors_of(group, project))
     focus, views = fitted.focus, fitted.views
     editable = list(views.values())
     roots = project.roots
@@ -663,8 +728,7 @@ def build_context(
         error_log=error_log,
         editable=tuple(editable),
         tests=fitted.tests,
-        kernel_lines=tuple(redact(line, environ) for line in
-                           kernel_lines(group.first.error, project, group.editable)),
+        kernel_lines=tuple(redact(line, environ) for line in located_lines),
         device=device,
         checks=checks,
         focus=focus,

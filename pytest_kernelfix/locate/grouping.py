@@ -47,10 +47,12 @@ class BugGroup:
         return self.failures[0]
 
 
-def failure_seeds(failure: Failure, *, constexprs: bool = False) -> Seeds:
+def failure_seeds(failure: Failure, *, constexprs: bool = False,
+                  project: Project | None = None) -> Seeds:
     """What the test run recorded about ``failure``, as reach reads it. Without the
     launches' ``constexprs`` (which jit branches they took), every case of a
-    parametrized test that failed the same way has the same seeds."""
+    parametrized test that failed the same way has the same seeds; with the ``project``,
+    whether the check that failed reads gradients."""
     return seeds_of(
         [(frame.path, frame.lineno) for frame in failure.error.frames],
         [(launch.file, launch.line, [(f, n, name) for f, n, name in launch.sites])
@@ -61,14 +63,16 @@ def failure_seeds(failure: Failure, *, constexprs: bool = False) -> Seeds:
         if constexprs else (),
         gradients=involves_gradients(failure),
         expects_raise=expects_raise(failure),
+        gradient_check=project is not None and checks_gradients(failure, project),
     )
 
 
-def group_seeds(failures: Sequence[Failure]) -> Seeds:
+def group_seeds(failures: Sequence[Failure], project: Project | None = None) -> Seeds:
     """The seeds of one bug: its first failure's, with the constexpr values every
     failure launched the same kernels with, so that a jit function is followed on each
     branch one of its tests took (and only those)."""
-    first, *others = [failure_seeds(failure, constexprs=True) for failure in failures[:64]]
+    first, *others = [failure_seeds(failure, constexprs=True, project=project)
+                      for failure in failures[:64]]
 
     def launched(seeds: Seeds) -> Iterable[tuple[tuple[str, int], Env]]:
         return zip(seeds.kernels, seeds.constexprs or [()] * len(seeds.kernels), strict=True)
@@ -90,7 +94,7 @@ def editable_files(
     reach found, best score first. The project decides which files may be edited at all.
     """
     if located is None:
-        located = Reach(project).locate(failure_seeds(failure))
+        located = Reach(project).locate(failure_seeds(failure, project=project))
     candidates = [frame.path for frame in reversed(failure.error.frames)]
     candidates += [launch.file for launch in failure.launches]
     candidates += [site[0] for launch in failure.launches for site in launch.sites]
@@ -146,14 +150,14 @@ def group_failures(
     buckets: dict[tuple[tuple[str, ...], str], list[Failure]] = {}
     by_seeds: dict[Seeds, tuple[str, ...]] = {}
     for failure in failures:
-        seeds = failure_seeds(failure)  # equal seeds: the same files and definitions
+        seeds = failure_seeds(failure, project=project)  # equal seeds: same definitions
         if seeds not in by_seeds:
             by_seeds[seeds] = editable_files(failure, project, reach.locate(seeds))
         key = (tuple(sorted(by_seeds[seeds])), failure.error.signature())
         buckets.setdefault(key, []).append(failure)
     groups = []
     for (_, signature), members in buckets.items():
-        located = reach.locate(group_seeds(members))
+        located = reach.locate(group_seeds(members, project))
         editable = editable_files(members[0], project, located)
         kernel = _kernel_name(members[0], editable, project)
         gid = group_id(kernel, members[0].error.type, signature, editable)

@@ -107,6 +107,7 @@ class Seeds:
     traceback frames (file, line), outermost first; ``test``: the test file and the
     test's qualified name (``TestClass.test_x``), for the fallback. ``gradients``: the
     failure involves gradients (the autograd Functions on the way are shown whole);
+    ``gradient_check``: the check that failed reads gradients (or autograd raised);
     ``expects_raise``: the test expected an exception that did not come (every project
     frame on the launch stack may be where the check is missing).
     """
@@ -119,6 +120,7 @@ class Seeds:
     constexprs: tuple[Env, ...] = ()
     gradients: bool = False
     expects_raise: bool = False
+    gradient_check: bool = False
 
 
 def high_group(scores: Sequence[float]) -> int:
@@ -373,9 +375,15 @@ class Reach:
                       add: _Add) -> None:
         """For a failure that involves gradients: the ``forward`` and ``backward`` of each
         ``torch.autograd.Function`` a launch or the traceback went through, and the
-        project functions they call that launch kernels, in the first tier."""
+        project functions they call that launch kernels, in the first tier; ``backward``
+        among the helpers when it never ran (no launch or frame in it) and the check that
+        failed reads no gradient (a forward failure of a test that goes on to gradients)."""
         places = [(file, line) for chain in seeds.sites for file, line, _ in chain]
         places += list(seeds.frames)
+        ran = seeds.gradient_check or any(
+            name == "backward" for chain in seeds.sites for _, _, name in chain) or any(
+            (found := at(file, line)) is not None and found.name == "backward"
+            for file, line in seeds.frames)
         seen: set[tuple[str, str]] = set()
         for file, line in places:
             definition = at(file, line)
@@ -386,14 +394,15 @@ class Reach:
                 continue
             seen.add((file, owner))
             for method in autograd_methods(self.module(file), owner):
+                tier = TIER_FIRST if ran or method.name != "backward" else TIER_HELPER
                 add(file, method, 92.0, f"{method.name} of the autograd Function {owner}", 0,
-                    None, TIER_FIRST)
+                    None, tier)
                 for callee in method.calls:
                     target = self.resolve(file, callee)
                     if target is not None and target[1].launches and target[1].kind in (
                             "function", "method"):
                         add(*target, 90.0, f"launches kernels for {method.qualname}", 1,
-                            None, TIER_FIRST)
+                            None, tier)
 
     def _jit_callees(self, path: str, definition: Definition, env: Env) -> (
         Iterator[tuple[str, Definition, Env]]
@@ -612,6 +621,7 @@ def seeds_of(
     *,
     gradients: bool = False,
     expects_raise: bool = False,
+    gradient_check: bool = False,
 ) -> Seeds:
     """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples;
     ``constexprs``, when given, are the launches' values in the same order."""
@@ -623,7 +633,7 @@ def seeds_of(
         if launch_sites:
             sites.append(tuple(launch_sites))
     return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid),
-                 tuple(values) if any(values) else (), gradients, expects_raise)
+                 tuple(values) if any(values) else (), gradients, expects_raise, gradient_check)
 
 
 def id_words(nodeid: str) -> set[str]:
