@@ -329,6 +329,34 @@ def sizes(x):
         remove_mode(observer)
     assert observer.checks >= 1
     assert observer.taint == "partial"
+    assert observer.blind < observer.checks  # assert_close compares values too
+
+
+def test_nan_and_infinity_checks_are_blind_to_scrambled_values(tmp_path: Path,
+                                                               sites: CodeSites) -> None:
+    test_code = load(tmp_path, "tests/test_finite.py", '''
+import torch
+
+
+def finite(loss):
+    assert loss.numel() == 1
+    assert not torch.isnan(loss)
+    assert not torch.isinf(loss).any()
+
+
+def close(loss):
+    assert torch.allclose(loss, torch.ones(1))
+''')
+    observer = make_observer(sites, taint=False)
+    observer.__enter__()
+    try:
+        test_code.finite(torch.ones(1))
+        finite = (observer.checks, observer.blind)
+        test_code.close(torch.ones(1))
+    finally:
+        remove_mode(observer)
+    assert finite[0] > 0 and finite[0] == finite[1]  # the predicate and its truth, both blind
+    assert observer.checks > observer.blind
 
 
 def test_each_run_of_a_check_in_a_loop_has_its_own_taint(tmp_path: Path,

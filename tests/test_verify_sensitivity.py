@@ -62,6 +62,20 @@ def test_the_verdict_of_one_poisoned_run(outcomes: list[TestOutcome], state: str
     assert words in judgement.summary
 
 
+def test_checks_of_nan_and_infinity_alone_cannot_judge_scrambled_values() -> None:
+    """A test that only checks the loss is finite: NaN breaks it, scrambled values
+    (finite) cannot, so the scramble run says nothing of it."""
+    blind = TestOutcome(A, "passed", "call", launch_count=1,
+                        probe=Probe(1, 1, 4, "", blind=4))
+    judgement = judge_poisoned(run(blind), [A], "scramble")
+    assert judgement.state == UNMEASURED and "check only for NaN and infinity" in judgement.summary
+    assert judge_poisoned(run(blind), [A], "nan").state == BYPASS  # NaN it would have seen
+    seeing = TestOutcome(A, "passed", "call", launch_count=1,
+                         probe=Probe(1, 1, 4, "", blind=3))  # one real comparison
+    assert judge_poisoned(run(seeing), [A], "scramble").state == BYPASS
+    assert Probe.from_json(blind.probe.to_json()) == blind.probe  # type: ignore[union-attr]
+
+
 def test_a_crash_of_the_poisoned_run_counts_as_failing_for_the_unfinished_tests() -> None:
     crashed = run(outcome(A, "failed"), signal="SIGSEGV", returncode=-11)
     assert judge_poisoned(crashed, [A, B], "nan").state == SENSITIVE

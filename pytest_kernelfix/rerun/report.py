@@ -98,7 +98,9 @@ class Probe:
     some held it throughout, "clean" when none held any, "" when not measured.
     ``sites`` says the same per check site; ``reach`` whether the test's check
     statements were guarded (their failures recorded in ``sites``, not raised);
-    ``fingerprints`` the project launches, in order, when asked for.
+    ``fingerprints`` the project launches, in order, when asked for; ``blind`` how many
+    of the ``checks`` could not tell scrambled values from right ones (NaN and infinity
+    checks, and their boolean results read back).
     """
 
     project_launches: int = 0
@@ -108,6 +110,7 @@ class Probe:
     sites: tuple[CheckSite, ...] = ()
     reach: bool = False
     fingerprints: tuple[Fingerprint, ...] = ()
+    blind: int = 0
 
     def site(self, line: int) -> CheckSite | None:
         return next((site for site in self.sites if site.line == line), None)
@@ -121,7 +124,8 @@ class Probe:
         return {"project_launches": self.project_launches, "poisoned": self.poisoned,
                 "checks": self.checks, "taint": self.taint,
                 "sites": [site.to_json() for site in self.sites], "reach": self.reach,
-                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints]}
+                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints],
+                "blind": self.blind}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Probe:
@@ -130,7 +134,8 @@ class Probe:
                    tuple(CheckSite.from_json(item) for item in data.get("sites", ())),
                    bool(data.get("reach", False)),
                    tuple(Fingerprint(str(k), str(i), str(o))
-                         for k, i, o in data.get("fingerprints", ())))
+                         for k, i, o in data.get("fingerprints", ())),
+                   int(data.get("blind", 0)))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ test then gives evidence:
 - it **passes** with poison applied: when the test itself checked tensor values, the
   values it checked do not come from the kernel (bypass); when it checked no value at
   all, it does not depend on the kernel's output (it cannot certify any fix).
+- it **passes** with scrambled values, and every value it checked was a NaN or infinity
+  check: the scrambled values are finite, so the test cannot tell them from right ones
+  (a test that checks a loss is finite): no evidence, the NaN run is the measure;
 - no buffer was poisoned (empty inputs, or a launch that wrote nothing): no evidence,
   unless a project kernel was launched and the passing test checked values anyway
   (a launch on a throwaway buffer, or one whose exception was caught): bypass.
@@ -115,6 +118,7 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
     partial: list[str] = []
     unwritten: list[str] = []
     moved: list[str] = []
+    blind: list[str] = []
     poisoned = 0
     for nodeid in nodeids:
         outcome = result.outcome(nodeid)
@@ -134,6 +138,8 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
                 moved.append(nodeid)
             elif failed:
                 sensitive.append(nodeid)
+            elif mode == "scramble" and probe.checks and probe.blind == probe.checks:
+                blind.append(nodeid)
             elif probe.checks:
                 insensitive.append(nodeid)
             else:
@@ -191,6 +197,12 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
             "cannot certify: the test does not depend on the kernel's output "
             f"({_ids(unchecked)} pass with the kernel's output {replaced} and check no tensor "
             "value)",
+        )
+    if blind and not sensitive:
+        return Judgement(
+            UNMEASURED,
+            f"scrambled values not measured: {_ids(blind)} check only for NaN and infinity, "
+            "which scrambled values never are",
         )
     if not sensitive:
         return Judgement(

@@ -209,7 +209,8 @@ class RerunAgent:
         return Probe(self.poisoner.launches, self.poisoner.poisoned,
                      observer.checks if observer is not None else 0,
                      observer.taint if observer is not None else "", tuple(sites), reached,
-                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints))
+                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints),
+                     observer.blind if observer is not None else 0)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

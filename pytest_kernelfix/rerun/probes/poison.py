@@ -42,6 +42,10 @@ VALUE_READS = frozenset({
     "__bool__", "__float__", "__int__", "__index__", "__complex__", "isnan", "isinf",
     "isfinite", "isposinf", "isneginf",
 })
+#: Reads that cannot tell scrambled values from right ones: NaN and infinity predicates,
+#: and a boolean (a predicate's result) read back into Python.
+BLIND_READS = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf"})
+_READ_BACK = frozenset({"__bool__", "item", "tolist", "__int__", "__float__", "__index__"})
 #: Launches fingerprinted per test, at most (a loop of launches is summarised by its first).
 MAX_FINGERPRINTS = 64
 #: How much poison the checked tensors carried, least to most telling: one tensor that
@@ -273,6 +277,7 @@ def make_observer(sites: CodeSites, *, taint: bool,
 
         def reset(self, test_file: str = "") -> None:
             self.checks = 0
+            self.blind = 0  # of which NaN and infinity checks (see BLIND_READS)
             self.taint = ""
             self.foreign: set[str] = set()
             self.test_file = test_file
@@ -282,12 +287,13 @@ def make_observer(sites: CodeSites, *, taint: bool,
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
-            if getattr(func, "__name__", "") in VALUE_READS:
+            name = getattr(func, "__name__", "")
+            if name in VALUE_READS:
                 with contextlib.suppress(Exception):  # watching must never break the test
-                    self._observe((*args, *kwargs.values()), sys._getframe(1))
+                    self._observe((*args, *kwargs.values()), sys._getframe(1), name)
             return func(*args, **kwargs)
 
-        def _observe(self, values: tuple[Any, ...], frame: Any) -> None:
+        def _observe(self, values: tuple[Any, ...], frame: Any, name: str = "") -> None:
             tensors = list(_tensors(values))
             for tensor in tensors:
                 if type(tensor) is not torch.Tensor:
@@ -301,6 +307,8 @@ def make_observer(sites: CodeSites, *, taint: bool,
                 if not present:
                     return
                 self.checks += 1
+                self.blind += name in BLIND_READS or (
+                    name in _READ_BACK and all(t.dtype == torch.bool for t in present))
                 line = site_line(frame, self.test_file)
                 site = self.sites.setdefault(line, [0, "", {}])
                 site[0] += 1
