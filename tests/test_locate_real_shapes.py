@@ -381,3 +381,29 @@ def test_failure_seeds_carry_the_signals(
     assert not seeds.gradients and not seeds.expects_raise
     failure = failure_of(root, f"{TEST}::test_gradients[True-gelu]", launches["forward"])
     assert failure_seeds(failure).gradients  # the test calls .backward()
+
+
+def test_an_assertion_helper_of_the_project_is_part_of_the_check(tmp_path: Path) -> None:
+    """fla keeps ``assert_close`` in ``fla/utils/_testing.py``, beside its code: called
+    by the test as a check, it is where the check failed, not a frame that raised."""
+    (tmp_path / "pkg" / "utils").mkdir(parents=True)
+    helper = tmp_path / "pkg" / "utils" / "_testing.py"
+    helper.write_text("def assert_close(prefix, ref, tri, ratio):\n"
+                      "    assert (ref - tri).abs().max() < ratio, prefix\n")
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "test_op.py"
+    test.write_text("def test_op():\n    assert_close('dk', ref_dk, tri_dk, 0.005)\n")
+    frames = (Frame(str(test), 2, "test_op", "assert_close('dk', ref_dk, tri_dk, 0.005)"),
+              Frame(str(helper), 2, "assert_close", "assert (ref - tri).abs().max() < ratio"))
+    failure = Failure("tests/test_op.py::test_op", str(test),
+                      ErrorInfo("AssertionError", "dk", frames), "log")
+    project = Project(tmp_path)
+    assert [frame.name for frame in check_frames(failure, project)] == ["assert_close",
+                                                                        "test_op"]
+    assert checks_gradients(failure, project)  # the test's line names dk
+    assert failure_seeds(failure, project=project).frames == ((str(test), 2),)
+    # a wrapper that raised an AssertionError of its own is no check helper
+    wrapper = replace(failure, error=ErrorInfo("AssertionError", "bad target", (
+        Frame(str(test), 2, "test_op", "loss = cross_entropy(x, target)"),
+        Frame(str(helper), 2, "cross_entropy", "assert target.max() < n"))))
+    assert [frame.name for frame in check_frames(wrapper, project)] == ["test_op"]

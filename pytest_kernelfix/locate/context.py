@@ -8,6 +8,13 @@ constants and ``triton.Config`` lists they read) in full, each span headed by it
 numbers, and a one-line outline of every other definition. The edits still apply to
 the whole file. The first prompt of a bug stays under :data:`PROMPT_BUDGET` characters,
 about 6,500 tokens, whatever the module sizes.
+
+What is shown first, and cut last, is decided by each definition's tier
+(:attr:`~pytest_kernelfix.locate.reach.Located.tier`), and :func:`fit` makes everything
+fit, giving way in a fixed order (docstrings, test sources, outlines, headers, then
+code, the last tier first). A stage that wants a definition shown (the code a diff
+touched) gives it a low tier: ``replace(item, tier=TIER_FIRST)``, or a new
+:class:`~pytest_kernelfix.locate.reach.Located` for it.
 """
 
 from __future__ import annotations

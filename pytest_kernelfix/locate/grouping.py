@@ -20,7 +20,12 @@ from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.locate.branches import Env, constexpr_env
 from pytest_kernelfix.locate.reach import Located, Reach, Seeds, rank_by_words, seeds_of
-from pytest_kernelfix.locate.signals import checks_gradients, expects_raise, involves_gradients
+from pytest_kernelfix.locate.signals import (
+    check_frames,
+    checks_gradients,
+    expects_raise,
+    involves_gradients,
+)
 from pytest_kernelfix.project import Project
 
 #: Files one bug may edit, at most (the closest to the fault first).
@@ -53,8 +58,10 @@ def failure_seeds(failure: Failure, *, constexprs: bool = False,
     launches' ``constexprs`` (which jit branches they took), every case of a
     parametrized test that failed the same way has the same seeds; with the ``project``,
     whether the check that failed reads gradients."""
+    checks = {frame for frame in check_frames(failure, project)  # an assertion helper
+              if project.is_source(frame.path)} if project is not None else set()
     return seeds_of(
-        [(frame.path, frame.lineno) for frame in failure.error.frames],
+        [(frame.path, frame.lineno) for frame in failure.error.frames if frame not in checks],
         [(launch.file, launch.line, [(f, n, name) for f, n, name in launch.sites])
          for launch in failure.launches],
         failure.test_path,

@@ -172,14 +172,23 @@ def _expecting(path: str, stamp: int) -> tuple[tuple[int, int], ...]:
 def check_frames(failure: Failure, project: Project) -> tuple[Frame, ...]:
     """The frames of the check that failed, innermost first: the innermost test-side frame
     (the test module, a conftest, a test utility module) and those outward of it up to
-    and including the first in the test module itself."""
-    frames = []
+    and including the first in the test module itself. An assertion helper the project
+    keeps beside its code (``fla/utils/_testing.py``'s ``assert_close``) is part of the
+    check when the test calls it as a check: a statement of its own that raised an
+    AssertionError."""
+    frames: list[Frame] = []
     test = os.path.abspath(failure.test_path) if failure.test_path else ""
     inside = False
-    for frame in reversed(failure.error.frames):
+    everything = failure.error.frames
+    for position in range(len(everything) - 1, -1, -1):
+        frame = everything[position]
         path = os.path.abspath(frame.path)
         test_side = path == test or (project.contains(path) and not project.in_environment(path)
                                      and project.is_test_file(project.relative(path)))
+        if not test_side and not inside and position and _asserting_helper(
+                failure, frame, everything[position - 1], project):
+            frames.append(frame)
+            continue
         if not test_side:
             if inside:
                 break  # out of the test code again: a fixture or a plugin called it
@@ -189,6 +198,18 @@ def check_frames(failure: Failure, project: Project) -> tuple[Frame, ...]:
         if path == test:
             break
     return tuple(frames)
+
+
+def _asserting_helper(failure: Failure, frame: Frame, caller: Frame, project: Project) -> bool:
+    """``frame`` is a project function that raised an AssertionError, called by the test's
+    code as a statement of its own (``assert_close('dk', ref, tri, 0.005)``)."""
+    if failure.error.type != "AssertionError" or not project.is_source(frame.path):
+        return False
+    caller_path = os.path.abspath(caller.path)
+    if caller_path != os.path.abspath(failure.test_path) and not (
+            project.contains(caller_path) and project.is_test_file(project.relative(caller_path))):
+        return False
+    return bool(re.match(rf"(?:[\w.]+\.)?{re.escape(frame.name)}\s*\(", caller.line))
 
 
 def checks_gradients(failure: Failure, project: Project, source: str | None = None) -> bool:
