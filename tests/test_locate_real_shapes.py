@@ -407,3 +407,25 @@ def test_an_assertion_helper_of_the_project_is_part_of_the_check(tmp_path: Path)
         Frame(str(test), 2, "test_op", "loss = cross_entropy(x, target)"),
         Frame(str(helper), 2, "cross_entropy", "assert target.max() < n"))))
     assert [frame.name for frame in check_frames(wrapper, project)] == ["test_op"]
+
+
+def test_an_autograd_function_the_test_calls_through_an_alias_is_found_without_launches(
+    tmp_path: Path,
+) -> None:
+    """A pure-torch autograd Function (no kernel launched), called by the test through
+    ``wrap = Wrap.apply``: its backward is where a gradient check fails."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "wrap.py").write_text(
+        "import torch\n\n\nclass Wrap(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, loss, logits):\n        return loss\n\n"
+        "    @staticmethod\n    def backward(ctx, grad):\n        return grad, None\n\n\n"
+        "wrap = Wrap.apply\n")
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "test_wrap.py"
+    test.write_text("from pkg.wrap import wrap as standalone\n\n\ndef test_scaling():\n"
+                    "    g, = torch.autograd.grad(standalone(loss, logits), (loss,))\n")
+    seeds = Seeds(test_path=str(test), test_name="test_scaling", gradients=True,
+                  gradient_check=True)
+    found = by_name(Reach(Project(tmp_path)).locate(seeds))
+    assert found["pkg/wrap.py:Wrap.backward"].tier == TIER_FIRST
+    assert found["pkg/wrap.py:Wrap.forward"].tier == TIER_FIRST

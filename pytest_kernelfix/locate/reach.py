@@ -504,28 +504,35 @@ class Reach:
                 add(*target, score - 4, f"used by {name}", depth + 1, None, helper)
 
     def _from_test(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
-        """Level 2: the project functions the test calls, and what they launch."""
+        """Level 2: the project functions the test calls, and what they launch: each
+        function the test calls, a class's methods (``Function.apply(...)`` runs them),
+        and what an alias names (``l2_warp = L2Wrap.apply``)."""
         index = self.module(seeds.test_path)
         test = None if index is None else index.find(seeds.test_name)
         if index is None or test is None:
             return {}
-        seeds_of_test: list[tuple[str, int, str]] = []
+        chains: list[tuple[tuple[str, int, str], ...]] = []
         for callee in test.calls:
             target = self.resolve(seeds.test_path, callee)
+            if target is not None and target[1].kind == "constant":  # an alias
+                target = next((aliased for name in target[1].names
+                               if (aliased := self.resolve(target[0], name)) is not None), None)
             if target is None:
                 continue
             file, definition = target
             if definition.kind in ("function", "method"):
-                seeds_of_test.append((file, definition.line, definition.qualname))
+                chains.append(((file, definition.line, definition.qualname),))
             elif definition.kind == "class":  # Function.apply(...): its methods run
                 methods = self.module(file)
-                for member in () if methods is None else methods.definitions:
-                    if member.qualname.startswith(definition.qualname + "."):
-                        seeds_of_test.append((file, member.line, member.qualname))
-        if not seeds_of_test:
+                chains.append(tuple(
+                    (file, member.line, member.qualname)
+                    for member in (() if methods is None else methods.definitions)
+                    if member.qualname.startswith(definition.qualname + ".")))
+        chains = [chain for chain in chains if chain]
+        if not chains:
             return {}
-        found = self._from_records(Seeds(sites=(tuple(seeds_of_test),),
-                                         gradients=seeds.gradients))
+        found = self._from_records(Seeds(sites=tuple(chains), gradients=seeds.gradients,
+                                         gradient_check=seeds.gradient_check))
         return {key: replace(item, score=item.score - 25, why=f"called by the test ({item.why})")
                 for key, item in found.items()}
 
