@@ -335,7 +335,8 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     assert "import" not in views["kernels/utils.py"].content
     assert "tl.store(y_ptr + row * n_cols + offsets, x * rstd, mask=mask)" in views[
         "kernels/norm.py"].content
-    # last: the kernel is cut in the middle, never silently; the launcher stays whole
+    # last, code is cut, never silently: the launcher keeps its head, its launch and its
+    # tail, and the kernel is cut last
     kernel = rendered_size(render_source("kernels/norm.py", NORM, ["norm_kernel"], shape=bare))
     focus, views = fit_views(located, texts, kernel + outline)
     norm = views["kernels/norm.py"]

@@ -30,8 +30,8 @@ from pytest_kernelfix.capture.logs import clean_log, relative_paths, truncate_lo
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
 from pytest_kernelfix.locate.reach import (
-    TIER_FIRST,
     TIER_HELPER,
+    TIER_KERNEL,
     TIER_REST,
     Located,
     nodeid_qualname,
@@ -579,7 +579,8 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
     Only then does code go: definitions move to the outline, the last tier first and the
     lowest scored first, never one of the first two tiers (the launching functions and
     the launched kernels); last, the longest definitions are cut, their heads, tails and
-    anchors kept, each cut named in its view's outline.
+    anchors kept (the line that raised, the launch), the launched kernels last, each cut
+    named in its view's outline.
     """
     anchors = anchors or {}
     chosen = [preferred for preferred, _ in tests]
@@ -624,15 +625,18 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
     for path, name in yielding:  # the last tier first, the lowest scored first
         if excess() > 0:
             show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
+    for path in largest(path for path in focus if not focus[path]):  # emptied by the above
+        if excess() > 0 and shapes[path].outline:
+            show(path, (), replace(shapes[path], outline=False))
     for _ in range(2 * len(focus)):
         over = excess()
         if over <= 0:
             break
         path = largest(focus)[0]
-        first = [name for name in focus[path]
-                 if (path, name) in tiers and tiers[path, name].tier == TIER_FIRST]
+        kernels = [name for name in focus[path]
+                   if (path, name) in tiers and tiers[path, name].tier == TIER_KERNEL]
         views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
-                                    shape=shapes[path], whole=first,
+                                    shape=shapes[path], whole=kernels,
                                     anchors=anchors.get(path, ()),
                                     limit=max(rendered_size(views[path]) - over, 1_000))
     return Fitted(dict(focus), views, tuple(chosen))
