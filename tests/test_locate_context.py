@@ -344,7 +344,11 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     assert "def norm_forward(x, eps, mode):" in norm.content
     assert "    return y.view(*shape)" in norm.content
     assert "tl.store(y_ptr + row * n_cols + offsets" in norm.content
-    assert any("cut for length" in line and "norm_kernel" in line for line in norm.outline)
+    # tighter than the kernel alone: the launcher goes to the outline, and the kernel stays
+    focus, views = fit_views(located, texts, kernel - 600)
+    norm = views["kernels/norm.py"]
+    assert norm.shown == ("norm_kernel",)
+    assert "tl.store(y_ptr + row * n_cols + offsets" in norm.content
     # in the last tier, the launching function would give way to the header instead
     unpinned = [replace(item, tier=TIER_REST) for item in located]
     _, views = fit_views(unpinned, texts, limit)

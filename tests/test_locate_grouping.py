@@ -153,7 +153,9 @@ def test_launch_sites_and_reach_make_other_modules_editable(tmp_path: Path) -> N
                   "log", (launch,))
     project = Project(tmp_path)
     (group,) = group_failures([bug], project)
-    assert group.editable == ("lib/kernels/k.py", "lib/ops/wrap.py", "lib/kernels/act.py",
+    # the files of what reach pins, by tier: the launching function's, the kernel's, the
+    # kernel's helper's and the block size helper's
+    assert group.editable == ("lib/ops/wrap.py", "lib/kernels/k.py", "lib/kernels/act.py",
                               "lib/utils.py")
     located = [(i.path, i.qualname) for i in group.located]
     # the launching function, then the launched kernel, then what they call

@@ -30,12 +30,14 @@ from pytest_kernelfix.capture.logs import clean_log, relative_paths, truncate_lo
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
 from pytest_kernelfix.locate.reach import (
+    TIER_FIRST,
     TIER_HELPER,
     TIER_KERNEL,
     TIER_REST,
     Located,
     nodeid_qualname,
 )
+from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import redact
 
@@ -563,11 +565,14 @@ class Fitted:
 
 def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
         tests: Sequence[tuple[SourceFile, SourceFile]] = (),
-        anchors: Mapping[str, Sequence[int]] | None = None) -> Fitted:
+        anchors: Mapping[str, Sequence[int]] | None = None, *,
+        kernels_last: bool = True) -> Fitted:
     """The views of the editable files ``texts`` and of the tests (each given as its
     preferred view and its least one: the failing tests and their helpers), within
     ``limit`` characters; ``anchors`` are, per file, the lines a cut keeps (where the
-    error was raised, where kernels were launched).
+    error was raised, where kernels were launched). ``kernels_last``: the launched
+    kernels are the last code cut; else (the wrapper raised, or the test expected it
+    to) the first-tier functions are.
 
     What is shown is ordered by the tiers of ``located`` (the frame that raised and the
     functions that launch the kernels, the launched kernels, their helpers, the rest),
@@ -628,17 +633,38 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
     for path in largest(path for path in focus if not focus[path]):  # emptied by the above
         if excess() > 0 and shapes[path].outline:
             show(path, (), replace(shapes[path], outline=False))
-    for _ in range(2 * len(focus)):
-        over = excess()
-        if over <= 0:
+    for path in largest(focus):  # the outlines of the views that show code, last
+        if excess() > 0 and shapes[path].outline:
+            show(path, focus[path], replace(shapes[path], outline=False))
+    kept = TIER_KERNEL if kernels_last else TIER_FIRST
+
+    def cut() -> None:
+        """The longest definitions cut, their anchors kept, the ``kept`` tier last."""
+        for _ in range(2 * len(focus)):
+            over = excess()
+            if over <= 0:
+                return
+            path = largest(focus)[0]
+            whole = [name for name in focus[path]
+                     if (path, name) in tiers and tiers[path, name].tier == kept]
+            views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
+                                        shape=shapes[path], whole=whole,
+                                        anchors=anchors.get(path, ()),
+                                        limit=max(rendered_size(views[path]) - over, 1_000))
+
+    cut()
+    # cut to their heads, tails and anchors, the pinned definitions still do not fit: they
+    # go to the outline one by one (each named there), the ``kept`` tier and the frame that
+    # raised last, the lowest scored first
+    last = sorted(((path, name) for path in focus for name in focus[path]),
+                  key=lambda key: (tiers[key].why == "raised the error" if key in tiers else 0,
+                                   (tiers[key].tier == kept) if key in tiers else 0,
+                                   tiers[key].score if key in tiers else 0.0))
+    for path, name in last[:-1]:
+        if excess() <= 0:
             break
-        path = largest(focus)[0]
-        kernels = [name for name in focus[path]
-                   if (path, name) in tiers and tiers[path, name].tier == TIER_KERNEL]
-        views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
-                                    shape=shapes[path], whole=kernels,
-                                    anchors=anchors.get(path, ()),
-                                    limit=max(rendered_size(views[path]) - over, 1_000))
+        show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
+        cut()
     return Fitted(dict(focus), views, tuple(chosen))
 
 
@@ -719,7 +745,9 @@ def build_context(
     located_lines = kernel_lines(group.first.error, project, group.editable)
     said = len(group.first.error.headline) + sum(len(line) + 3 for line in located_lines)
     limit = budget - RESERVED - len(error_log) - nodeid_chars - said
-    fitted = fit(group.located, texts, max(limit, 2_000), tests, anchors_of(group, project))
+    python_raised = any(item.why == "raised the error" and not item.jit for item in group.located)
+    fitted = fit(group.located, texts, max(limit, 2_000), tests, anchors_of(group, project),
+                 kernels_last=not (python_raised or expects_raise(group.first)))
     focus, views = fitted.focus, fitted.views
     editable = list(views.values())
     roots = project.roots

@@ -96,13 +96,15 @@ def editable_files(
 ) -> tuple[str, ...]:
     """Project Python files where the fault may be, relative paths, closest first.
 
-    Order: traceback files innermost first (closest to the fault), launched kernels'
-    files, the launch sites' files innermost first, then the files of the definitions
-    reach found, best score first. The project decides which files may be edited at all.
+    Order: the files of the definitions reach found, by tier and score (the frame that
+    raised and the launching functions, the kernels, their helpers), then traceback
+    files innermost first, launched kernels' files, the launch sites' files innermost
+    first. The project decides which files may be edited at all.
     """
     if located is None:
         located = Reach(project).locate(failure_seeds(failure, project=project))
-    candidates = [frame.path for frame in reversed(failure.error.frames)]
+    candidates = [str(project.root / item.path) for item in located if item.pinned]
+    candidates += [frame.path for frame in reversed(failure.error.frames)]
     candidates += [launch.file for launch in failure.launches]
     candidates += [site[0] for launch in failure.launches for site in launch.sites]
     candidates += [str(project.root / item.path) for item in located]

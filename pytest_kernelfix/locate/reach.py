@@ -347,11 +347,12 @@ class Reach:
                     TIER_FIRST if rank == 0 else TIER_REST)
         for chain in seeds.sites:
             rank = 0
-            for file, line, _ in chain:
+            for file, line, name in chain:
                 definition = at(file, line)
                 if definition is None:
                     continue
-                first = rank == 0 or seeds.expects_raise
+                # a closure (a decorator's wrapper) passes the call on: not where it is made
+                first = rank == 0 or (seeds.expects_raise and name == definition.name)
                 add(file, definition, max(55.0, 95.0 - 6 * rank),
                     "launches the kernel" if rank == 0 else "on the stack at the launch", 0,
                     None, TIER_FIRST if first else TIER_REST)
@@ -377,7 +378,10 @@ class Reach:
         ``torch.autograd.Function`` a launch or the traceback went through, and the
         project functions they call that launch kernels, in the first tier; ``backward``
         among the helpers when it never ran (no launch or frame in it) and the check that
-        failed reads no gradient (a forward failure of a test that goes on to gradients)."""
+        failed reads no gradient (a forward failure of a test that goes on to gradients).
+        When a gradient check failed, the project frames of a launch made outside any
+        autograd Function are first too: its output carries no gradient, unless
+        something on the way gives it one."""
         places = [(file, line) for chain in seeds.sites for file, line, _ in chain]
         places += list(seeds.frames)
         ran = seeds.gradient_check or any(
@@ -385,6 +389,15 @@ class Reach:
             (found := at(file, line)) is not None and found.name == "backward"
             for file, line in seeds.frames)
         seen: set[tuple[str, str]] = set()
+        if seeds.gradient_check:
+            for chain in seeds.sites:
+                defined = [(file, found) for file, line, name in chain
+                           if (found := at(file, line)) is not None and found.name == name]
+                if not any(autograd_methods(self.module(file), d.qualname.partition(".")[0])
+                           for file, d in defined if d.kind == "method"):
+                    for file, outside in defined:
+                        add(file, outside, 97.0, "launches outside any autograd Function "
+                            "(no gradient flows back through its output)", 0, None, TIER_FIRST)
         for file, line in places:
             definition = at(file, line)
             if definition is None or definition.kind != "method":
