@@ -142,6 +142,8 @@ def seeds_from(root: Path, launches: tuple[KernelLaunch, ...], **more: object) -
         kernels=tuple((launch.file, launch.line) for launch in launches),
         sites=tuple(launch.sites for launch in launches),
         constexprs=tuple(constexpr_env(launch.constexprs, launch.exact) for launch in launches),
+        backward_kernels=tuple((launch.file, launch.line) for launch in launches
+                               if any(name == "backward" for _, _, name in launch.sites)),
     ), **more)  # type: ignore[arg-type]
 
 
@@ -175,6 +177,12 @@ def test_a_gradient_failure_shows_forward_and_backward_and_what_sizes_their_buff
     assert found[f"{KERNELS}:act_grad_kernel"].tier == TIER_KERNEL
     assert found[f"{KERNELS}:column_sum_kernel"].tier == TIER_KERNEL
     assert found["fusedlib/ops/utils.py:program_count"].tier == TIER_HELPER  # sizes the buffer
+    # the forward's check failed: its kernel ranks above the backward's; a gradient check,
+    # the other way round
+    assert found[f"{KERNELS}:matmul_act_kernel"].score > found[f"{KERNELS}:act_grad_kernel"].score
+    found = by_name(Reach(Project(root)).locate(
+        seeds_from(root, both, gradients=True, gradient_check=True)))
+    assert found[f"{KERNELS}:matmul_act_kernel"].score < found[f"{KERNELS}:act_grad_kernel"].score
     # the forward alone launched, the test computes gradients and a gradient check failed
     # (or autograd raised): backward is shown first, and what it launches
     found = by_name(Reach(Project(root)).locate(

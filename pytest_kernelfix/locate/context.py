@@ -317,12 +317,12 @@ def _overlaps(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
 
 def render_source(path: str, text: str, symbols: Sequence[str], *,
                   limit: int | None = None, keep: int = 1, shape: Shape = Shape(),
-                  whole: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
+                  order: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
     """``text`` shown focused on ``symbols`` (qualified names, most important first).
 
     Over ``limit`` characters the last symbols (all but ``keep``) are left to the
     outline; when those kept are still too long, the longest definitions are cut in the
-    middle at line boundaries (those in ``whole`` only when nothing else is left), the
+    middle at line boundaries (in ``order`` when given, else the longest first), the
     lines around each of ``anchors`` kept, and the outline says which lines are missing.
     A module that does not parse is shown whole.
     """
@@ -338,7 +338,7 @@ def render_source(path: str, text: str, symbols: Sequence[str], *,
     if limit is not None and rendered_size(view) > limit:
         room = limit - rendered_size(view)
         for _ in range(4):  # the markers of a cut cost characters too: cut more for them
-            cut = _render(path, text, index, lines, kept, shape, room=room, whole=whole,
+            cut = _render(path, text, index, lines, kept, shape, room=room, order=order,
                           anchors=anchors)
             over = rendered_size(cut) - limit
             if over <= 0:
@@ -423,15 +423,16 @@ def _cut(spans: list[tuple[int, int]], lines: Sequence[str], room: int,
 
 def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
             symbols: Sequence[str], shape: Shape, room: int = 0,
-            whole: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
+            order: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
     """The focused view; a negative ``room`` cuts that many characters out of the
-    longest definitions shown, those in ``whole`` last."""
+    definitions shown, in ``order`` (those not in it after), the longest first."""
     spans = _merge(_spans(index, symbols, shape), lines)
     cuts: list[tuple[int, int]] = []
     if room < 0 and spans:
         defined = [d for name in symbols if (d := index.find(name)) is not None]
         ranges = [(d.start, d.end) for d in sorted(
-            defined, key=lambda d: (d.qualname in whole, d.start - d.end))]
+            defined, key=lambda d: (order.index(d.qualname) if d.qualname in order
+                                    else len(order), d.start - d.end))]
         spans, cuts = _cut(spans, lines, room, ranges or spans, anchors)
     holes = [hole for hole in _holes(index, symbols, shape)
              if any(start <= hole[0] and hole[1] <= end for start, end in spans)]
@@ -480,6 +481,9 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
         outline.append(f"{indent}{span}: {definition.header}")
     shown = tuple(name for name in symbols if index.find(name) is not None)
     most = MAX_OUTLINE if shown else MAX_OUTLINE_UNSHOWN
+    if not shape.outline and left and not parts:  # one line says it all
+        return SourceFile(path, text, f'# (nothing of this file is shown: "need": ["{path}"] '
+                                      f"lists its {left} definitions)\n", (), ())
     if not shape.outline and left:
         outline = [*outline[:len(cuts)], f"{left} definitions (\"need\": [\"{path}\"] lists "
                                          "them)"]
@@ -645,10 +649,11 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
             if over <= 0:
                 return
             path = largest(focus)[0]
-            whole = [name for name in focus[path]
-                     if (path, name) in tiers and tiers[path, name].tier == kept]
+            order = sorted(focus[path], key=lambda name: (
+                (tiers[path, name].tier == kept, tiers[path, name].score)
+                if (path, name) in tiers else (False, 0.0)))
             views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
-                                        shape=shapes[path], whole=whole,
+                                        shape=shapes[path], order=order,
                                         anchors=anchors.get(path, ()),
                                         limit=max(rendered_size(views[path]) - over, 1_000))
 

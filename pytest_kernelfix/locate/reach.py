@@ -45,8 +45,10 @@ MAX_SCAN_BYTES = 1024 * 1024
 #: Distinct sets of constexpr values a jit function is followed with; past that, all
 #: its branches are.
 MAX_ENVS = 8
-#: Score added to a definition the failing tests' ids name (``test_act[silu-float32]``).
+#: Score added to a definition the failing tests' ids name (``test_act[silu-float32]``),
+#: by a word that names at most MAX_NAMED of those found.
 WORD_BONUS = 6.0
+MAX_NAMED = 3
 _PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages",
                           "dist-packages"})
 
@@ -108,6 +110,8 @@ class Seeds:
     test's qualified name (``TestClass.test_x``), for the fallback. ``gradients``: the
     failure involves gradients (the autograd Functions on the way are shown whole);
     ``gradient_check``: the check that failed reads gradients (or autograd raised);
+    ``backward_kernels``: the kernels launched from a ``backward`` (ranked above the
+    forward's for a gradient check, below for another check);
     ``expects_raise``: the test expected an exception that did not come (every project
     frame on the launch stack may be where the check is missing).
     """
@@ -121,6 +125,7 @@ class Seeds:
     gradients: bool = False
     expects_raise: bool = False
     gradient_check: bool = False
+    backward_kernels: tuple[tuple[str, int], ...] = ()
 
 
 def high_group(scores: Sequence[float]) -> int:
@@ -302,8 +307,11 @@ class Reach:
             return None if index is None else index.at(line)
 
         kernels = []
+        backward: set[tuple[str, str]] = set()
         for position, (file, line) in enumerate(seeds.kernels):
             definition = at(file, line)
+            if definition is not None and (file, line) in seeds.backward_kernels:
+                backward.add((file, definition.qualname))
             if definition is not None:
                 values = seeds.constexprs[position] if position < len(seeds.constexprs) else ()
                 branching = definition.branching
@@ -337,7 +345,10 @@ class Reach:
                                        values, tier))
 
         for file, definition, values in kernels:
-            add(file, definition, 100.0, "launched kernel", 0, values, TIER_KERNEL)
+            from_backward = (file, definition.qualname) in backward
+            second = from_backward != seeds.gradient_check and seeds.gradients
+            add(file, definition, 99.0 if second else 100.0, "launched kernel", 0, values,
+                TIER_KERNEL)
         project_frames = [(f, n) for f, n in seeds.frames if self.readable(f)]
         for rank, (file, line) in enumerate(reversed(project_frames)):
             definition = at(file, line)
@@ -645,15 +656,18 @@ def seeds_of(
 ) -> Seeds:
     """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples;
     ``constexprs``, when given, are the launches' values in the same order."""
-    kernels, values, sites = [], [], []
+    kernels, values, sites, backward = [], [], [], []
     for position, (file, line, launch_sites) in enumerate(launches):
         if file:
             kernels.append((file, line))
             values.append(constexprs[position] if position < len(constexprs) else ())
+            if any(name == "backward" for _, _, name in launch_sites):
+                backward.append((file, line))
         if launch_sites:
             sites.append(tuple(launch_sites))
     return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid),
-                 tuple(values) if any(values) else (), gradients, expects_raise, gradient_check)
+                 tuple(values) if any(values) else (), gradients, expects_raise, gradient_check,
+                 tuple(backward))
 
 
 def id_words(nodeid: str) -> set[str]:
@@ -677,10 +691,15 @@ def _named(word: str, qualname: str) -> bool:
 
 def rank_by_words(located: Sequence[Located], nodeids: Sequence[str]) -> tuple[Located, ...]:
     """``located`` with the definitions the failing tests' ids name ranked up by
-    WORD_BONUS, never to the top score (the launched kernels keep it)."""
+    WORD_BONUS, never to the top score (the launched kernels keep it). A word that names
+    more than MAX_NAMED of them (``chunk`` of ``test_x[chunk-...]`` in a library of
+    ``chunk_*`` functions) tells them apart no more than it ranks them: it counts for
+    none."""
     if not located:
         return ()
     words = set().union(*(id_words(nodeid) for nodeid in nodeids[:64]))
+    words = {word for word in words
+             if sum(_named(word, item.qualname) for item in located) <= MAX_NAMED}
     top = max(item.score for item in located)
     ranked = []
     for item in located:
