@@ -378,3 +378,44 @@ def test_a_cut_keeps_the_line_that_raised_and_the_launch(tmp_path: Path) -> None
     assert "step_100 =" not in view.content and "step_200 =" not in view.content
     cuts = [line for line in view.outline if "cut for length" in line]
     assert len(cuts) == 2 and all("part of wrapper" in line for line in cuts)
+
+
+#: A short wrapper module the way autograd wrappers are written: a few imports, then a
+#: Function whose two methods are all there is to it (both found).
+WRAP = '''\
+import torch
+
+from kernels.norm import norm_forward
+
+
+class NormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, eps):
+        ctx.eps = eps
+        return norm_forward(x, eps, 0)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy * ctx.eps, None
+'''
+
+
+def test_a_short_module_mostly_found_keeps_its_imports_longer_than_a_long_one_its_code(
+    tmp_path: Path,
+) -> None:
+    _, located = _norm_project(tmp_path)
+    located = (*located, *(Located("kernels/wrap.py", name, 9.0, "gradient path", tier=TIER_FIRST)
+                           for name in ("NormFunction.forward", "NormFunction.backward")))
+    texts = {"kernels/norm.py": NORM, "kernels/utils.py": UTILS, "kernels/wrap.py": WRAP}
+    whole = fit_views(located, texts, 100_000)[1]
+    assert not whole["kernels/wrap.py"].focused
+    full = sum(rendered_size(view) for view in whole.values())
+    # a little short: the long modules give way (their headers), the short one stays whole
+    _, views = fit_views(located, texts, full - 1_500)
+    assert not views["kernels/wrap.py"].focused
+    assert "from kernels.norm import norm_forward" in views["kernels/wrap.py"].content
+    assert "import operator" not in views["kernels/norm.py"].content
+    # far short: it is focused too, its methods still in full
+    _, views = fit_views(located, texts, 2_500)
+    wrap = views["kernels/wrap.py"]
+    assert wrap.focused and "return dy * ctx.eps, None" in wrap.content

@@ -609,10 +609,18 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
         focus[path], shapes[path] = tuple(symbols), shape
         views[path] = render_source(path, texts[path], symbols, shape=shape)
 
+    def focused(path: str) -> list[str]:
+        return [item.qualname for item in sorted(located, key=lambda i: i.order)
+                if item.path == path]
+
+    # a short module whose definitions are all found saves little focused, and its whole
+    # text keeps the imports a fix may add to: it is focused last (below)
     for path in largest(path for path in texts if path not in focus):
         if excess() > 0:
-            show(path, [item.qualname for item in sorted(located, key=lambda i: i.order)
-                        if item.path == path], shapes[path])
+            whole = rendered_size(views[path])
+            lean = render_source(path, texts[path], focused(path), shape=Shape(docs=False))
+            if whole - rendered_size(lean) >= whole // 3:
+                show(path, focused(path), shapes[path])
     for path in largest(focus):
         if excess() > 0:
             show(path, focus[path], replace(shapes[path], docs=False))
@@ -637,6 +645,9 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
     for path in largest(path for path in focus if not focus[path]):  # emptied by the above
         if excess() > 0 and shapes[path].outline:
             show(path, (), replace(shapes[path], outline=False))
+    for path in largest(path for path in texts if path not in focus):
+        if excess() > 0:
+            show(path, focused(path), shapes[path])
     for path in largest(focus):  # the outlines of the views that show code, last
         if excess() > 0 and shapes[path].outline:
             show(path, focus[path], replace(shapes[path], outline=False))
