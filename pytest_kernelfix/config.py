@@ -76,8 +76,9 @@ OPTIONS: tuple[Option, ...] = (
            "prompts", "", metavar="DIR"),
     Option("kernelfix_save_prompts", "Keep each round's prompt and raw answer, redacted, in "
            "<report dir>/prompts, linked from the report (default: on)", True, "bool"),
-    Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
-           "int", metavar="N"),
+    Option("kernelfix_max_groups", "Heal at most this many bugs of their own per session; a "
+           "bug an earlier bug's patch heals takes no place (default: 10)", 10, "int",
+           metavar="N"),
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
            f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
@@ -118,6 +119,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_max_tokens", "Stop asking the model once the session used this many "
            "tokens, prompt and completion; the remaining bugs are reported skipped (default: 0, "
            "no cap)", 0, "int", metavar="N"),
+    Option("kernelfix_redact_env", "Environment variables whose values are redacted "
+           "wherever they appear, comma-separated names or globs (STRIPE_*,DB_URL), besides "
+           "those whose name or value looks like a credential", "",
+           env="KERNELFIX_REDACT_ENV", metavar="NAMES"),
 )
 
 #: Boolean options given as a bare flag (``--kernelfix``); the others take ``on|off``.
@@ -169,8 +174,9 @@ def _ini_default(option: Option) -> Any:
     return ""
 
 
-def _convert(option: Option, value: Any) -> Any:
-    """Turn a CLI, env or ini value into the option's type, with a clear error."""
+def _convert(option: Option, value: Any, where: str = "") -> Any:
+    """Turn a CLI, env or ini value into the option's type, with a clear error that
+    names where the value came from (``where``: an environment variable's name)."""
     try:
         if option.kind == "int":
             number = int(str(value).strip())
@@ -221,25 +227,43 @@ def _convert(option: Option, value: Any) -> Any:
             "choice": " | ".join(option.choices),
             "workers": "auto or a whole number >= 1",
         }.get(option.kind, "a string")
+        given = f"{where} ({option.flag} / ini {option.name})" if where else (
+            f"{option.flag} / ini {option.name}")
         raise pytest.UsageError(
-            f"kernelfix: invalid value {value!r} for {option.flag} / ini {option.name}: "
-            f"expected {expected}"
+            f"kernelfix: invalid value {value!r} for {given}: expected {expected}"
         ) from None
 
 
 def resolve(config: pytest.Config, name: str, namespace: Any = None) -> Any:
     """The value of one option: CLI first, then environment, then ini, then default."""
     option = _BY_NAME[name]
-    space = namespace if namespace is not None else config.option
-    cli = getattr(space, option.dest, None)
-    if cli is not None:
-        return _convert(option, cli)
-    if option.env and os.environ.get(option.env, "").strip():
-        return _convert(option, os.environ[option.env])
-    ini = config.getini(option.name)
-    if isinstance(ini, str) and not ini.strip():
+    where = origin(config, name, namespace)
+    if where == option.flag:
+        return _convert(option, getattr(namespace if namespace is not None else config.option,
+                                        option.dest))
+    if where == option.env:
+        return _convert(option, os.environ[option.env], option.env)
+    if where == "default":
         return option.default
-    return _convert(option, ini)
+    return _convert(option, config.getini(option.name))
+
+
+def origin(config: pytest.Config, name: str, namespace: Any = None) -> str:
+    """Where an option's value comes from, as a message names it: the flag
+    (``--kernelfix-model``), the environment variable (``KERNELFIX_MODEL``), the ini key
+    (``ini kernelfix_model``) or ``default``."""
+    option = _BY_NAME[name]
+    space = namespace if namespace is not None else config.option
+    if getattr(space, option.dest, None) is not None:
+        return option.flag
+    if option.env and os.environ.get(option.env, "").strip():
+        return option.env
+    ini = config.getini(option.name)
+    if isinstance(ini, str):
+        unset = not ini.strip()
+    else:  # a bool ini reads as its default when unset; a list, as empty
+        unset = ini == _ini_default(option) if option.kind == "bool" else not ini
+    return "default" if unset else f"ini {option.name}"
 
 
 def cli_given(config: pytest.Config, name: str, namespace: Any = None) -> bool:
@@ -279,6 +303,15 @@ class Settings:
     max_tokens: int = 0
     verify: str = "staged"
     save_prompts: bool = True
+    redact_env: tuple[str, ...] = ()
+    #: Where each option's value came from (see :func:`origin`), by option name.
+    origins: tuple[tuple[str, str], ...] = ()
+
+    def origin(self, name: str) -> str:
+        """How a message names the source of option ``name``'s value: its flag, its
+        environment variable or its ini key (the flag when not known)."""
+        found = dict(self.origins).get(name, "default")
+        return _BY_NAME[name].flag if found == "default" else found
 
     @property
     def cache_root(self) -> Path:
@@ -328,6 +361,9 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
         save_prompts=bool(value("kernelfix_save_prompts")),
+        redact_env=tuple(value("kernelfix_redact_env").replace(",", " ").split()),
+        origins=tuple((option.name, origin(config, option.name, namespace))
+                      for option in OPTIONS),
     )
 
 

@@ -26,11 +26,14 @@ from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.locate.context import PROMPT_BUDGET
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import SessionReport, summary_lines
+from pytest_kernelfix.report.artifacts import SessionReport, session_markdown, summary_lines
+from pytest_kernelfix.report.github import annotation
+from pytest_kernelfix.report.junit import bug_properties
 from pytest_kernelfix.report.publish import ReportFiles, publish
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
+from pytest_kernelfix.session.interrupt import Cancel
 from pytest_kernelfix.session.pipeline import SessionInputs, Stages, run_healing
 
 BUG, FIX = "    y = x + factor\n", "    y = x * factor\n"
@@ -170,7 +173,7 @@ def test_the_report_says_what_the_model_was_shown_and_the_first_prompt_size(
     assert bug["first_prompt_tokens"] == math.ceil(bug["first_prompt_chars"] / 3.7)
     markdown = (root / ".kernelfix" / "report.md").read_text()
     assert f"~{bug['first_prompt_tokens']} tokens" in markdown
-    assert "Shown to the model: `kernels/ops.py`" in markdown
+    assert "Shown to the model in round 1: `kernels/ops.py`" in markdown
 
 
 def test_session_notes_reach_report_json_and_report_md(root: Path) -> None:
@@ -212,6 +215,59 @@ def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
                                                           runner=FakeRunner()))
     assert report.bugs[0].applied == ("kernels/ops.py",)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL.replace(BUG, FIX)
+    # the patch is in the tree already: no line tells anyone to apply it again
+    lines = "\n".join(summary_lines(report, None))
+    assert "git apply" not in lines and "written to the working tree: kernels/ops.py" in lines
+    markdown = session_markdown(report)
+    assert "git apply" not in markdown
+    assert (f"Written to the working tree: kernels/ops.py (the originals are in "
+            f"`.kernelfix/backup/{report.bugs[0].group.id}`)") in markdown
+
+
+def test_progress_names_the_fixer_and_says_when_the_cache_answered(root: Path) -> None:
+    from pytest_kernelfix.fixers.hook import HookFixer
+
+    class Cached(Answers):
+        name = "litellm:openai/m"
+
+    cached = replace(fix(), usage=Usage(cache_hits=1))
+    lines: list[str] = []
+    unhooked = HookFixer(lambda request: None, Cached(cached), hooked=False)
+    heal_session(inputs(root), Stages(fixer=unhooked, runner=FakeRunner(),
+                                      progress=lines.append))
+    said = [line.strip() for line in lines]
+    assert "round 1: asking litellm:openai/m" in said
+    assert any(line.startswith("round 1: answered from the answer cache, no call (")
+               for line in said)
+    hooked = HookFixer(lambda request: None, Cached(fix()), hooked=True)
+    assert hooked.name == "the hook, then litellm:openai/m"
+
+
+def test_a_fixer_that_loses_its_endpoint_stops_the_session_asking(root: Path) -> None:
+    """The first bug pays its retries; the bugs after it are not asked, with one reason."""
+    class Lost:
+        name = "litellm:openai/m"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def propose(self, request: ProposalRequest) -> Proposal:
+            self.calls += 1
+            raise FixerError("litellm:openai/m: connection failed after 3 attempts to "
+                             "http://127.0.0.1:9/v1: Connection error.", ends_session=True)
+
+    fixer = Lost()
+    session = replace(inputs(root, workers=1), failures=two_error_types(root))
+    first, second = heal_session(session, Stages(fixer=fixer, runner=FakeRunner())).bugs
+    assert fixer.calls == 1
+    assert first.result.status == "unhealed"
+    assert first.result.reason == ("round 1: litellm:openai/m: connection failed after 3 "
+                                   "attempts to http://127.0.0.1:9/v1: Connection error.")
+    assert second.result.status == "skipped"
+    assert second.result.reason == (
+        f"not asked: the fixer stopped answering in {first.group.id}, round 1: "
+        "litellm:openai/m: connection failed after 3 attempts to http://127.0.0.1:9/v1: "
+        "Connection error.")
 
 
 def two_error_types(root: Path) -> tuple[Failure, ...]:
@@ -241,6 +297,14 @@ def test_one_root_cause_heals_with_one_call_and_one_patch(root: Path) -> None:
         lines)
     data = json.loads((root / ".kernelfix" / "report.json").read_text())
     assert data["bugs"][1]["healed_by"] == first.group.id and data["bugs"][1]["patch"] is None
+    # CI shows it where the patch that heals it changes the file, and names that patch
+    notice = annotation(second, report, root)
+    line = next(i for i, text in enumerate(KERNEL.splitlines(), 1) if text == BUG.rstrip("\n"))
+    assert notice.startswith(f"::notice file=kernels/ops.py,line={line},title=kernelfix healed "
+                             f"{second.group.id}::")
+    assert notice.endswith(f"%0APatch: .kernelfix/{first.patch_file}")
+    patches = dict(bug_properties(report))[second.group.nodeids[0]]
+    assert ("kernelfix_patch", f".kernelfix/{first.patch_file}") in patches
 
 
 def test_in_apply_mode_a_bug_healed_by_an_earlier_patch_is_already_applied(root: Path) -> None:
@@ -506,8 +570,8 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
             return super().propose(request)
 
     lines: list[str] = []
-    heal_session(inputs(root), Stages(fixer=Slow(fix()), runner=FakeRunner(),
-                                      progress=lines.append))
+    report = heal_session(inputs(root), Stages(fixer=Slow(fix()), runner=FakeRunner(),
+                                               progress=lines.append))
     said = [line.strip() for line in lines]
     asked = said.index("round 1: asking scripted")
     assert said[asked + 1].startswith("round 1: still waiting for scripted (")
@@ -517,4 +581,143 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
     assert [line.split(" (")[0] for line in said
             if line.startswith("failing tests and regression: ")] == [
         "failing tests and regression: running 2 test(s)",
-        "failing tests and regression: 2 passed"]
+        "failing tests and regression: 2 passed",
+        "failing tests and regression: 2 test(s), 2 passed → step passed"]
+    # one vocabulary: each step reads the same in the terminal and in report.md, its tests'
+    # results beside the step's own outcome (poisoned tests fail when the step passes)
+    markdown = (root / ".kernelfix" / "report.md").read_text()
+    (verified,) = [line for line in markdown.splitlines() if "- verified: " in line]
+    steps = verified.split("- verified: ")[1].split(" → step ")
+    decided = [line for line in said if " → step " in line]
+    judged = [p for p in report.bugs[0].result.rounds[-1].phases if p.outcome != "ran"]
+    assert len(decided) == len(judged) == len(steps) - 1 == 3
+    assert all(line in verified for line in decided)
+    assert "sensitivity (nan): 2 test(s), " in verified
+
+
+# -- one root cause, one bug: the limit and re-verification ---------------------------------
+
+
+def test_bugs_an_earlier_patch_heals_do_not_count_toward_the_limit(root: Path) -> None:
+    """Two bugs of one file (one root cause, two error types) and a third of another
+    file, with room for one bug: the first heals, its patch heals the second without a
+    place of its own, and the third is over the limit."""
+    (root / "kernels" / "other.py").write_text(KERNEL.replace("scale_", "other_"))
+    test = str(root / "tests" / "test_scale.py")
+    third = Failure("tests/test_scale.py::test_other", test,
+                    ErrorInfo("AssertionError", "Mismatched elements: 1 / 8",
+                              (Frame(test, 9, "test_other", "assert_close(...)"),)), "longrepr",
+                    (KernelLaunch("other_kernel", str(root / "kernels" / "other.py"), 1),))
+    runner = FakeRunner()
+    session = replace(inputs(root, max_groups=1), failures=(*two_error_types(root), third))
+    first, second, over = heal_session(session, Stages(fixer=Answers(fix()),
+                                                       runner=runner)).bugs
+    assert first.result.status == second.result.status == "healed"
+    assert second.result.healed_by == first.group.id
+    assert (over.result.status, over.result.reason) == (
+        "skipped", "over the limit of 1 bugs per session (--kernelfix-max-groups)")
+    # the second bug reruns its own test, not the regression test the first patch passed
+    mine = [spec.nodeids for spec in runner.specs
+            if "tests/test_scale.py::test_allclose" in spec.nodeids]
+    assert mine and all(REGRESSION not in nodeids for nodeids in mine)
+    assert any(REGRESSION in spec.nodeids for spec in runner.specs)  # the first bug's
+    (record,) = second.result.rounds
+    assert (f"1 regression test(s) this patch was already verified passing on (for "
+            f"{first.group.id}) were not rerun") in record.notes
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_encoding(root: Path) -> None:
+    (root / "kernels" / "ops.py").write_bytes(
+        b"# -*- coding: latin-1 -*-\n# \xe9\n" + KERNEL.encode())
+    runner = FakeRunner()
+    (bug,) = heal_session(inputs(root), Stages(fixer=Answers(), runner=runner)).bugs
+    assert bug.result.status == "skipped"
+    assert bug.result.reason.startswith(
+        "cannot heal: kernels/ops.py is encoded as latin-1 (its coding declaration), not UTF-8")
+    assert runner.specs == []
+
+
+# -- interrupted sessions: what was finished is kept -----------------------------------------
+
+
+class InterruptingRunner(FakeRunner):
+    """Judges kernels/a.py and b.py; Ctrl-C arrives while b's fix is verified."""
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        self.specs.append(spec)
+        letter = letter_of(spec.nodeids[0])
+        fixed = FIX in (spec.sandbox_root / "kernels" / f"{letter}.py").read_text()
+        if letter == "b" and fixed:
+            raise KeyboardInterrupt
+        return RerunResult(tuple(TestOutcome(n, "passed" if fixed else "failed", "call",
+                                             launch_count=1) for n in spec.nodeids),
+                           returncode=0 if fixed else 1)
+
+
+def paid_fix(letter: str) -> Proposal:
+    return Proposal((Modification(BUG, FIX, file=f"kernels/{letter}.py"),), source="scripted",
+                    usage=Usage(calls=1, prompt_tokens=100, completion_tokens=20, cost=0.01))
+
+
+def test_an_interrupt_keeps_the_healed_bugs_and_the_calls_spent(root: Path) -> None:
+    """Ctrl-C while the second bug's answer is verified: the first keeps its patch (and,
+    in apply mode, is written), the second's paid round is reported, nothing of it is
+    written, and the report says it was interrupted."""
+    two = many_bugs(root)[:2]
+    session = replace(inputs(root, apply=True), failures=two, passed=())
+    report = heal_session(session, Stages(fixer=Answers(paid_fix("a"), paid_fix("b")),
+                                          runner=InterruptingRunner()))
+    healed, stopped = report.bugs
+    assert report.interrupted
+    assert healed.result.status == "healed" and healed.applied == ("kernels/a.py",)
+    assert (root / ".kernelfix" / healed.patch_file).is_file()
+    assert FIX in (root / "kernels" / "a.py").read_text()
+    assert (root / "kernels" / "b.py").read_text() == KERNEL.replace("scale_", "b_")
+    assert stopped.result.status == "unhealed" and not stopped.applied
+    assert stopped.result.reason == "interrupted in round 1: nothing more was tried (Ctrl-C)"
+    (record,) = stopped.result.rounds
+    assert record.outcome == "interrupted while its answer was being tried"
+    assert report.usage.calls == 2 and report.usage.cost == pytest.approx(0.02)
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    assert data["interrupted"] is True and data["schema_version"] == 3
+    assert data["totals"]["calls"] == 2
+    assert data["notes"][-1] == ("the session was interrupted (Ctrl-C): 1 bug(s) healed "
+                                 "before it keep their patches; 1 bug(s) were stopped or not "
+                                 "started")
+    assert "**Interrupted**" in (root / ".kernelfix" / "report.md").read_text()
+
+
+def test_an_interrupt_before_healing_reports_every_bug_not_started(root: Path) -> None:
+    """The test run itself was interrupted: no rerun, no call, a report that says so."""
+    cancel = Cancel()
+    cancel.set("SIGTERM")
+    runner, fixer = FakeRunner(), Answers()
+    report = heal_session(inputs(root), Stages(fixer=fixer, runner=runner, cancel=cancel))
+    (bug,) = report.bugs
+    assert report.interrupted and runner.specs == [] and fixer.requests == []
+    assert bug.result.reason == ("not healed: the session was interrupted (SIGTERM) before "
+                                 "its turn")
+
+
+def test_parallel_workers_stop_at_their_next_step_once_the_session_is_cancelled(
+        root: Path) -> None:
+    """Healing runs in worker threads, the interrupt lands elsewhere: each worker stops
+    at its next rerun or question, the bugs not started are reported so."""
+    cancel = Cancel()
+
+    class Cancelling(PerBugAnswers):
+        def propose(self, request: ProposalRequest) -> Proposal:
+            if letter_of(request.context.nodeids[0]) == "b":
+                cancel.set("SIGTERM")  # the main thread caught a SIGTERM
+            return super().propose(request)
+
+    session = replace(inputs(root, workers=2), failures=many_bugs(root), passed=())
+    report = heal_session(session, Stages(fixer=Cancelling(), runner=ParallelRunner(False),
+                                          cancel=cancel))
+    assert report.interrupted
+    bugs = {letter_of(bug.group.nodeids[0]): bug.result for bug in report.bugs}
+    assert bugs["b"].reason == "interrupted in round 1: nothing more was tried (SIGTERM)"
+    assert bugs["d"].reason == ("not healed: the session was interrupted (SIGTERM) before "
+                                "its turn")
+    assert all("(SIGTERM)" in result.reason for result in bugs.values()
+               if result.status != "healed")

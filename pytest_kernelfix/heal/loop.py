@@ -50,6 +50,7 @@ from pytest_kernelfix.heal.outcomes import (
     Candidate,
     Exchange,
     Guard,
+    HealInterrupted,
     HealResult,
     Phase,
     RoundRecord,
@@ -125,7 +126,7 @@ def heal(
             usage=usage,
             seconds=clock() - started,
             prompt_chars=first_prompt,
-            shown=shown_definitions(context),
+            shown=records[0].shown if records else shown_definitions(context),
         )
 
     def give_up(reason: str) -> HealResult:
@@ -136,7 +137,23 @@ def heal(
         return finish(MASKED, f"{reason}; the only candidate that made the tests pass masks "
                               f"the kernel's output ({masked[1]}): kept for review", masked[0])
 
+    def interrupted(stop: KeyboardInterrupt, number: int, answered: Proposal | None
+                    ) -> HealInterrupted:
+        """A Ctrl-C or SIGTERM while the fixer or the verifier worked: the rounds played,
+        and an answer being tried, are kept with what they cost."""
+        if isinstance(stop, HealInterrupted):
+            return stop
+        if answered is not None:
+            records.append(RoundRecord(number, answered.source, (),
+                                       "interrupted while its answer was being tried",
+                                       answered.usage, redact(answered.raw[:_RAW_KEEP]),
+                                       exchange=Exchange.of(answered),
+                                       shown=shown_definitions(context)))
+        return HealInterrupted(finish(UNHEALED, f"interrupted in round {number}: nothing more "
+                                                "was tried"), *stop.args[:1])
+
     for number in range(1, rounds + 1):
+        shown = shown_definitions(context)  # this round's prompt: a need may add to it
         request = ProposalRequest(
             context=context,
             round=number,
@@ -152,8 +169,10 @@ def heal(
             why = str(error) if isinstance(error, FixerError) else (
                 f"the fixer failed: {type(error).__name__}: {error}")
             records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
-                                       exchange=Exchange.failed(error)))
+                                       exchange=Exchange.failed(error), shown=shown))
             return give_up(f"round {number}: {why}")
+        except KeyboardInterrupt as stop:
+            raise interrupted(stop, number, None) from None
         usage = usage + proposal.usage
         if number == 1:
             first_prompt = proposal.usage.prompt_chars
@@ -162,7 +181,7 @@ def heal(
             stopped = f"the same answer as round {number - 1}: stopped"
             records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
                                        redact(proposal.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(proposal)))
+                                       exchange=Exchange.of(proposal), shown=shown))
             if on_round is not None:
                 on_round(records[-1])
             last = records[-2].outcome if len(records) > 1 else ""
@@ -174,12 +193,15 @@ def heal(
             records.append(RoundRecord(number, proposal.source, (),
                                        redact(f"not a kernel bug: {reason}"), proposal.usage,
                                        redact(proposal.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(proposal)))
+                                       exchange=Exchange.of(proposal), shown=shown))
             if on_round is not None:
                 on_round(records[-1])
             return finish(DECLINED, f"the model says this is not a kernel bug: {reason}")
-        outcome, feedback, accepted = _play_round(proposal, current, originals, tried, verify,
-                                                  guard, tidy)
+        try:
+            outcome, feedback, accepted = _play_round(proposal, current, originals, tried,
+                                                      verify, guard, tidy)
+        except KeyboardInterrupt as stop:
+            raise interrupted(stop, number, proposal) from None
         if proposal.need and resolve_need is not None:
             answer = resolve_need(proposal.need, current, context.focus)
             context = _with_need(context, answer)
@@ -200,6 +222,7 @@ def heal(
                 tuple(redact(note) for note in outcome.notes),
                 outcome.phases,
                 Exchange.of(proposal),
+                shown,
             )
         )
         if on_round is not None:

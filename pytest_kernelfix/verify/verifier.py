@@ -31,12 +31,12 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
-from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind
+from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
@@ -139,6 +139,7 @@ class Verifier:
         #: The runs of the failed check that read the attributed kernel's output.
         self._reading: Runs = frozenset()
         self._seen: set[str] = set()  # tests whose findings on the original code are known
+        self._verified: frozenset[str] = frozenset()  # passed on this candidate elsewhere
         self.phases: list[Phase] = []
 
     @property
@@ -226,20 +227,23 @@ class Verifier:
                 False, f"the rerun changed test or data files: {', '.join(tampered)}",
                 "Running the patched code changed files it must not touch: "
                 + ", ".join(tampered), kind=VerdictKind.TAMPERED))
-        self._record(name, nodeids, seconds, "ran")
-        self.say(f"{name}: {tally(result, nodeids)} ({seconds:.1f} s)")
+        results = tally(result, nodeids)
+        self._record(name, nodeids, seconds, "ran", results)
+        self.say(f"{name}: {results} ({seconds:.1f} s)")
         return result
 
-    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str
-                ) -> None:
-        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome))
+    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str,
+                results: str = "") -> None:
+        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome, results))
 
     def _decide(self, verdict: Verdict, name: str = "") -> Verdict:
-        """Mark the last phase (or the last one called ``name``) with the verdict's kind."""
+        """Mark the last phase (or the last one called ``name``) with the verdict's kind,
+        and say how the step ended beside how its tests did (:func:`phase_text`)."""
         for index in range(len(self.phases) - 1, -1, -1):
             if not name or self.phases[index].name == name:
                 outcome = verdict.kind.value if verdict.kind else ""
                 self.phases[index] = replace(self.phases[index], outcome=outcome)
+                self.say(phase_text(self.phases[index]))
                 break
         return verdict
 
@@ -296,8 +300,13 @@ class Verifier:
 
     # -- a candidate -----------------------------------------------------------------
 
-    def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+    def __call__(self, candidate: Mapping[str, str], *,
+                 verified: Collection[str] = ()) -> Verdict:
+        """The verdict on ``candidate``. ``verified``: regression tests already verified
+        passing on this very candidate (an earlier bug's patch, when it is the whole
+        change): they are not rerun."""
         self.phases = []
+        self._verified = frozenset(verified)
         self.workspace.write(candidate)
         tampered = self.workspace.tampered()
         if tampered:
@@ -376,7 +385,13 @@ class Verifier:
         return masked_verdict(found.statements, measured=unchanged is True)
 
     def _kept(self) -> tuple[str, ...]:
-        return tuple(n for n in self.regression if n not in self.broken_before)
+        return tuple(n for n in self.regression
+                     if n not in self.broken_before and n not in self._verified)
+
+    def passing(self) -> tuple[str, ...]:
+        """The tests the last accepted candidate was verified passing on: the failing
+        tests and the regression set, less the tests that fail on the original code."""
+        return (*self.nodeids, *(n for n in self.regression if n not in self.broken_before))
 
     def _rest(self, candidate: Mapping[str, str], result: RerunResult | None
               ) -> tuple[Verdict, RerunResult]:
@@ -399,7 +414,7 @@ class Verifier:
                 return self._decide(verdict), result
             self._on_originals(candidate, functools.partial(self._check_before, unknown))
             if not set(unknown) & self.broken_before:
-                return self._decide(verdict), result
+                return self._decide(verdict, name), result
             result = replace(result, outcomes=tuple(o for o in result.outcomes
                                                     if o.nodeid not in self.broken_before))
             pending, name, probe = tuple(n for n in self._kept() if run.outcome(n) is None), \
