@@ -393,6 +393,28 @@ def test_failure_seeds_carry_the_signals(
     assert not seeds.gradients and not seeds.expects_raise
     failure = failure_of(root, f"{TEST}::test_gradients[True-gelu]", launches["forward"])
     assert failure_seeds(failure).gradients  # the test calls .backward()
+    assert not failure_seeds(failure).returned_by
+
+
+def test_a_backward_the_engine_rejected_is_where_the_error_was_raised(
+    library: Library,
+) -> None:
+    """Autograd raises about what ``backward`` returned from its own frames: the Function
+    it names has its ``backward`` shown as the frame that raised, above the launchers, so
+    that the budget cuts it last."""
+    root, launches = library
+    both = launches["forward"] + launches["backward"]
+    failure = failure_of(
+        root, f"{TEST}::test_gradients[True-gelu]", both, error="RuntimeError",
+        message="function MatmulActBackward returned an incorrect number of gradients "
+                "(expected 4, got 3)")
+    seeds = failure_seeds(failure, project=Project(root))
+    assert seeds.returned_by == "MatmulAct" and seeds.gradient_check
+    found = by_name(Reach(Project(root)).locate(seeds))
+    backward = found[f"{LAYER}:MatmulAct.backward"]
+    assert backward.tier == TIER_FIRST and backward.why == "raised the error"
+    assert backward.score > max(item.score for key, item in found.items()
+                                if item.tier == TIER_FIRST and key != f"{LAYER}:MatmulAct.backward")
 
 
 def test_an_assertion_helper_of_the_project_is_part_of_the_check(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from pytest_kernelfix.locate.signals import (
     checks_gradients,
     expects_raise,
     involves_gradients,
+    returned_by,
 )
 from pytest_kernelfix.project import Project
 
@@ -77,6 +78,7 @@ def failure_seeds(failure: Failure, *, constexprs: bool = False,
         gradients=involves_gradients(failure),
         expects_raise=expects_raise(failure),
         gradient_check=project is not None and checks_gradients(failure, project),
+        returned_by=returned_by(failure),
     )
 
 

@@ -113,7 +113,10 @@ class Seeds:
     ``backward_kernels``: the kernels launched from a ``backward`` (ranked above the
     forward's for a gradient check, below for another check);
     ``expects_raise``: the test expected an exception that did not come (every project
-    frame on the launch stack may be where the check is missing).
+    frame on the launch stack may be where the check is missing); ``returned_by``: the
+    autograd Function whose ``backward`` returned what the engine rejected (too few
+    gradients, one of a wrong shape): that ``backward`` is where the error was raised,
+    though no frame of it is in the traceback.
     """
 
     kernels: tuple[tuple[str, int], ...] = ()
@@ -126,6 +129,7 @@ class Seeds:
     expects_raise: bool = False
     gradient_check: bool = False
     backward_kernels: tuple[tuple[str, int], ...] = ()
+    returned_by: str = ""
 
 
 def high_group(scores: Sequence[float]) -> int:
@@ -419,6 +423,9 @@ class Reach:
             seen.add((file, owner))
             for method in autograd_methods(self.module(file), owner):
                 tier = TIER_FIRST if ran or method.name != "backward" else TIER_HELPER
+                if method.name == "backward" and owner == seeds.returned_by:
+                    add(file, method, 98.0, "raised the error", 0, None, TIER_FIRST)
+                    continue
                 add(file, method, 92.0, f"{method.name} of the autograd Function {owner}", 0,
                     None, tier)
                 for callee in method.calls:
@@ -653,6 +660,7 @@ def seeds_of(
     gradients: bool = False,
     expects_raise: bool = False,
     gradient_check: bool = False,
+    returned_by: str = "",
 ) -> Seeds:
     """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples;
     ``constexprs``, when given, are the launches' values in the same order."""
@@ -667,7 +675,7 @@ def seeds_of(
             sites.append(tuple(launch_sites))
     return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid),
                  tuple(values) if any(values) else (), gradients, expects_raise, gradient_check,
-                 tuple(backward))
+                 tuple(backward), returned_by)
 
 
 def id_words(nodeid: str) -> set[str]:

@@ -54,6 +54,18 @@ NO_RAISE = re.compile(r"DID NOT RAISE|DID NOT WARN|[Ss]hould (have )?(raised?|th
 _HELPER_DEPTH = 2
 
 
+#: The engine's rejection of what a Function's ``backward`` returned, naming the Function.
+RETURNED_BY = re.compile(r"function (\w+?)Backward\d* returned an (?:incorrect number of "
+                         r"gradients|invalid gradient)")
+
+
+def returned_by(failure: Failure) -> str:
+    """The autograd Function whose ``backward`` returned gradients the engine rejected
+    ("function XBackward returned an incorrect number of gradients": ``X``), else ``""``."""
+    match = RETURNED_BY.search(failure.error.headline)
+    return match.group(1) if match else ""
+
+
 def _autograd_raised(failure: Failure) -> bool:
     error = failure.error
     if AUTOGRAD_ERROR.search(error.headline):
