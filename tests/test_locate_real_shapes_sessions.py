@@ -37,7 +37,9 @@ def test_a_helper_behind_an_autotuned_dispatcher_heals_and_a_forward_fix_is_neve
     the true fix of the forward path must be accepted, attributed to the forward kernel."""
     result, bugs = heal(pytester, monkeypatch, "gelu")
     result.assert_outcomes(failed=3, passed=8)
-    first, second = bugs
+    # one root cause: the forward test and the tests of _check_once may be one bug
+    first = bugs[0]
+    second = next(bug for bug in bugs if any("test_gradients" in n for n in bug["nodeids"]))
     assert first["status"] == "healed", (first["reason"], first["round_details"])
     assert first["rounds"] == 1 and first["changed_files"] == ["fusedlib/ops/act_kernels.py"]
     assert first["first_prompt_chars"] <= PROMPT_BUDGET
@@ -61,7 +63,8 @@ def test_a_backward_returning_too_few_gradients_heals_under_its_kernels_name(
     (bug,) = bugs
     assert bug["status"] == "healed", (bug["reason"], bug["round_details"])
     assert bug["kernel"] == "act_grad_kernel" and bug["rounds"] == 1
-    assert "fusedlib/ops/layer.py:MatmulAct.backward" in bug["shown"]
+    shown = set(bug["shown"])  # the short wrapper module may be shown whole
+    assert {"fusedlib/ops/layer.py:MatmulAct.backward", "fusedlib/ops/layer.py"} & shown
     assert bug["first_prompt_chars"] <= PROMPT_BUDGET
 
 
