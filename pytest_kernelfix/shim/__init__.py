@@ -8,13 +8,15 @@ seven independent pieces, each undone by ``uninstall()``:
 - ``cuda``: ``device="cuda"`` tensors live on the CPU, and they, the Parameters of
   modules on "cuda" and what autograd hands back say they are CUDA tensors;
   ``torch.cuda`` answers as one GPU of ``target_capability`` (skipped with
-  ``cuda=False`` or when CUDA is real).
+  ``cuda=False`` or when CUDA is real); ops the CPU lacks or computes differently
+  (``out_dtype`` matmuls, hard-swish's gradient at its knees) compute as CUDA's.
 - ``autocast``: ``torch.autocast("cuda")`` casts those tensors per CUDA's op lists
   (with the CUDA piece; off with ``autocast=False``).
 - ``bf16``: the interpreter computes bf16 as a GPU does instead of on raw 16-bit
   storage (off with ``bf16=False``; then ``torch.cuda.is_bf16_supported()`` is False).
 - ``libdevice``: ``tl.extra.libdevice`` functions compute with NumPy.
-- ``scalars``: float kernel arguments arrive as fp32 scalars (``eps.to(...)`` works).
+- ``scalars``: float kernel arguments arrive as fp32 scalars (``eps.to(...)`` works),
+  ``range`` loop indices as int32 tensors, integer masks as boolean ones.
 - ``leaks``: calls to ``@triton.jit`` helpers no longer leave interpreter patches in
   ``triton.language.core`` (which broke later GPU compiles in the same process).
 
