@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 
-SENSITIVE, BYPASS, UNMEASURED = "sensitive", "bypass", "unmeasured"
+SENSITIVE, BYPASS, UNMEASURED, BLIND = "sensitive", "bypass", "unmeasured", "blind"
 _FAILED = ("failed", "error")
 _SHOWN = 3
 
@@ -92,6 +92,19 @@ def check_passed(outcome: TestOutcome | None, line: int, before: str = "") -> bo
     return site.failures == 0
 
 
+def nan_blind(outcome: TestOutcome) -> bool:
+    """A test that passed a NaN run read only values that held the poison throughout
+    (every check site that read values saw "full" taint): its checks compare the
+    kernel's outputs with each other and NaN cannot fail them. A value from torch, or
+    put in place after the launch, reads clean or partial: never blind. (The check that
+    failed on the original is held to failing again by the scrambled run.)"""
+    probe = outcome.probe
+    if probe is None or not probe.reach or probe.taint != "full":
+        return False
+    read = [site for site in probe.sites if site.reads]
+    return bool(read) and all(site.taint == "full" for site in read)
+
+
 def _site(nodeid: str, line: int) -> str:
     return f"{nodeid.split('::')[0]}:{line}"
 
@@ -111,6 +124,7 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
     partial: list[str] = []
     unwritten: list[str] = []
     moved: list[str] = []
+    blind: list[str] = []
     poisoned = 0
     for nodeid in nodeids:
         outcome = result.outcome(nodeid)
@@ -130,6 +144,8 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
                 moved.append(nodeid)
             elif failed:
                 sensitive.append(nodeid)
+            elif mode == "nan" and nan_blind(outcome):
+                blind.append(nodeid)
             elif probe.checks:
                 insensitive.append(nodeid)
             else:
@@ -181,12 +197,18 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
             "exception was caught), and the tests still passed: the values they check do not "
             "come from the kernel.",
         )
-    if unchecked and not sensitive:
+    if unchecked and not sensitive and not blind:
         return Judgement(
             UNCERTIFIABLE,
             "cannot certify: the test does not depend on the kernel's output "
             f"({_ids(unchecked)} pass with the kernel's output {replaced} and check no tensor "
             "value)",
+        )
+    if not sensitive and blind:
+        return Judgement(
+            BLIND,
+            f"NaN cannot tell: {_ids(blind)} compare(s) values that all carry the kernel's "
+            "NaN (the scrambled values decide)",
         )
     if not sensitive:
         return Judgement(
