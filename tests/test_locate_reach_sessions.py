@@ -238,7 +238,7 @@ def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
         "2 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
         "kernel), first tests/test_gated.py::test_gated[[]*[]]",
         "  to heal them: --kernelfix-select kernel,launched (or kernelfix_select = "
-        "kernel,launched in the ini file; 2 of them launched a Triton kernel of the project), "
+        "kernel,launched in the ini file; 2 of them reached a Triton kernel of the project), "
         "a nodeid glob, as in --kernelfix-select 'kernel,tests/test_gated.py::[*]' or "
         "@pytest.mark.kernel on the tests",
         "::notice title=kernelfix left 2 failing test(s) unselected::2 failing test(s) not "
@@ -278,7 +278,7 @@ def test_failures_a_glob_leaves_out_are_counted_beside_the_healed_bug(
         "count": 1, "reasons": {"matched no glob": 1}, "launched_project_kernel": 1,
         "nodeids": ["tests/test_gated.py::test_gated[256]"], "select": ["*::test_gated?100?"],
         "hint": "--kernelfix-select *::test_gated?100?,launched (or kernelfix_select = "
-                "*::test_gated?100?,launched in the ini file; 1 of them launched a Triton "
+                "*::test_gated?100?,launched in the ini file; 1 of them reached a Triton "
                 "kernel of the project) or a nodeid glob, as in --kernelfix-select "
                 "'*::test_gated?100?,tests/test_gated.py::*'",
     }

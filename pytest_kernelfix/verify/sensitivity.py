@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 
-SENSITIVE, BYPASS, UNMEASURED, DOUBT = "sensitive", "bypass", "unmeasured", "doubt"
+SENSITIVE, BYPASS, UNMEASURED, BLIND = "sensitive", "bypass", "unmeasured", "blind"
+DOUBT = "doubt"
 _FAILED = ("failed", "error")
 _SHOWN = 3
 
@@ -99,6 +100,19 @@ def check_passed(outcome: TestOutcome | None, line: int, before: str = "") -> bo
     return site.failures == 0
 
 
+def nan_blind(outcome: TestOutcome) -> bool:
+    """A test that passed a NaN run read only values that held the poison throughout
+    (every check site that read values saw "full" taint): its checks compare the
+    kernel's outputs with each other and NaN cannot fail them. A value from torch, or
+    put in place after the launch, reads clean or partial: never blind. (The check that
+    failed on the original is held to failing again by the scrambled run.)"""
+    probe = outcome.probe
+    if probe is None or not probe.reach or probe.taint != "full":
+        return False
+    read = [site for site in probe.sites if site.reads]
+    return bool(read) and all(site.taint == "full" for site in read)
+
+
 def _site(nodeid: str, line: int) -> str:
     return f"{nodeid.split('::')[0]}:{line}"
 
@@ -138,7 +152,8 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
                 moved.append(nodeid)
             elif failed:
                 sensitive.append(nodeid)
-            elif mode == "scramble" and probe.checks and probe.blind == probe.checks:
+            elif ((mode == "scramble" and probe.checks and probe.blind == probe.checks)
+                  or (mode == "nan" and nan_blind(outcome))):
                 blind.append(nodeid)
             elif probe.checks:
                 insensitive.append(nodeid)
@@ -191,18 +206,24 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
             "exception was caught), and the tests still passed: the values they check do not "
             "come from the kernel.",
         )
-    if unchecked and not sensitive:
+    if unchecked and not sensitive and not blind:
         return Judgement(
             UNCERTIFIABLE,
             "cannot certify: the test does not depend on the kernel's output "
             f"({_ids(unchecked)} pass with the kernel's output {replaced} and check no tensor "
             "value)",
         )
-    if blind and not sensitive:
+    if blind and not sensitive and mode == "scramble":
         return Judgement(
             UNMEASURED,
             f"scrambled values not measured: {_ids(blind)} check only for NaN and infinity, "
             "which scrambled values never are",
+        )
+    if blind and not sensitive:
+        return Judgement(
+            BLIND,
+            f"NaN cannot tell: {_ids(blind)} compare(s) values that all carry the kernel's "
+            "NaN (the scrambled values decide)",
         )
     if not sensitive:
         return Judgement(
