@@ -154,12 +154,14 @@ def test_launch_sites_and_reach_make_other_modules_editable(tmp_path: Path) -> N
                   "log", (launch,))
     project = Project(tmp_path)
     (group,) = group_failures([bug], project)
-    assert group.editable == ("lib/kernels/k.py", "lib/ops/wrap.py", "lib/kernels/act.py",
+    # the files of what reach pins, by tier: the launching function's, the kernel's, the
+    # kernel's helper's and the block size helper's
+    assert group.editable == ("lib/ops/wrap.py", "lib/kernels/k.py", "lib/kernels/act.py",
                               "lib/utils.py")
     located = [(i.path, i.qualname) for i in group.located]
-    assert located[0] == ("lib/kernels/k.py", "k")  # the launched kernel first
-    assert set(located[1:4]) == {("lib/kernels/act.py", "silu"), ("lib/ops/wrap.py", "run"),
-                                 ("lib/utils.py", "block")}
+    # the launching function, then the launched kernel, then what they call
+    assert located[:2] == [("lib/ops/wrap.py", "run"), ("lib/kernels/k.py", "k")]
+    assert set(located[2:4]) == {("lib/kernels/act.py", "silu"), ("lib/utils.py", "block")}
     # a passing test whose kernel calls the same jit helper is rerun with every candidate
     other = KernelLaunch("k2", str(tmp_path / "lib/kernels/k2.py"), 5)
     (tmp_path / "lib/kernels/k2.py").write_text(
