@@ -308,8 +308,11 @@ class _Helpers:
         tuple[tuple[str, str], ...]
     ):
         """The failure's suspect helpers: none when its error was raised in project code
-        (that definition is its fault) or it launched no project kernel."""
-        if not fault or _raised(failure, self.reach):
+        (that definition is its fault) or it launched no project kernel, and none when no
+        passing test launched a project kernel: without a launch that worked there is no
+        contrast (``--lf``, a suite where everything fails), and joining independent bugs
+        on a guess costs a heal, while keeping one cause apart costs a re-verification."""
+        if not fault or _raised(failure, self.reach) or not self.contrast():
             return ()
         found = [key for key in _helpers(located, failure.launches, self.project, self.reach)
                  if key not in fault]
@@ -317,6 +320,11 @@ class _Helpers:
             return ()
         exercised = self.exercised()
         return tuple(key for key in found if key not in exercised)
+
+    def contrast(self) -> bool:
+        """Whether a passing test launched a kernel of the project's own."""
+        return any(launch.file and self.reach.readable(launch.file)
+                   for test in self.passed for launch in test.launches)
 
     def exercised(self) -> set[tuple[str, str]]:
         """The helpers the launches of passing tests reach (worked out once)."""
