@@ -89,7 +89,8 @@ OPTIONS: tuple[Option, ...] = (
            "edits may touch", (), "lines"),
     Option("kernelfix_select", "Which failing tests are healed, comma-separated: kernel "
            "(tests marked kernel), launched (tests that launched a Triton kernel of the "
-           "project), or nodeid globs such as 'tests/ops/*' (default: kernel)", "kernel",
+           "project, or failed in its module before the launch), or nodeid globs such as "
+           "'tests/ops/*' (default: kernel)", "kernel",
            metavar="WHICH"),
     Option("kernelfix_workers", "Bugs healed at the same time, each in its own sandbox "
            "(bugs sharing a file stay in order): auto (one per visible GPU; half the cores "

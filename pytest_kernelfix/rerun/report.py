@@ -47,7 +47,8 @@ class CheckSite:
     NumPy) on non-empty tensors, ``taint`` the most poison they saw (NaN runs: see
     :class:`Probe`); ``runs`` and ``failures`` count the guarded check statements run
     and failed there, ``outcomes`` says how each run ended, in order (``P``/``F``; reach
-    mode only).
+    mode only), ``taints`` the poison each run's reads saw, in the same order (``F``
+    full, ``P`` partial, ``C`` clean, ``-`` no read; NaN runs in reach mode only).
     """
 
     line: int
@@ -56,14 +57,21 @@ class CheckSite:
     runs: int = 0
     failures: int = 0
     outcomes: str = ""
+    taints: str = ""
 
     def to_json(self) -> list[Any]:
-        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes]
+        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes,
+                self.taints]
 
     @classmethod
     def from_json(cls, data: Any) -> CheckSite:
-        line, reads, taint, runs, failures, outcomes = data
-        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes))
+        line, reads, taint, runs, failures, outcomes, *taints = data
+        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes),
+                   str(taints[0]) if taints else "")
+
+    def tainted(self, run: int) -> bool:
+        """Run ``run`` of this check read poison (in part or whole)."""
+        return run < len(self.taints) and self.taints[run] in "FP"
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,9 @@ class Probe:
     some held it throughout, "clean" when none held any, "" when not measured.
     ``sites`` says the same per check site; ``reach`` whether the test's check
     statements were guarded (their failures recorded in ``sites``, not raised);
-    ``fingerprints`` the project launches, in order, when asked for.
+    ``fingerprints`` the project launches, in order, when asked for; ``blind`` how many
+    of the ``checks`` could not tell scrambled values from right ones (NaN and infinity
+    checks, and their boolean results read back).
     """
 
     project_launches: int = 0
@@ -100,6 +110,7 @@ class Probe:
     sites: tuple[CheckSite, ...] = ()
     reach: bool = False
     fingerprints: tuple[Fingerprint, ...] = ()
+    blind: int = 0
 
     def site(self, line: int) -> CheckSite | None:
         return next((site for site in self.sites if site.line == line), None)
@@ -113,7 +124,8 @@ class Probe:
         return {"project_launches": self.project_launches, "poisoned": self.poisoned,
                 "checks": self.checks, "taint": self.taint,
                 "sites": [site.to_json() for site in self.sites], "reach": self.reach,
-                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints]}
+                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints],
+                "blind": self.blind}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Probe:
@@ -122,7 +134,8 @@ class Probe:
                    tuple(CheckSite.from_json(item) for item in data.get("sites", ())),
                    bool(data.get("reach", False)),
                    tuple(Fingerprint(str(k), str(i), str(o))
-                         for k, i, o in data.get("fingerprints", ())))
+                         for k, i, o in data.get("fingerprints", ())),
+                   int(data.get("blind", 0)))
 
 
 @dataclass(frozen=True)

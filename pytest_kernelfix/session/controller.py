@@ -36,7 +36,7 @@ from pytest_kernelfix.capture.records import (
     Selection,
     Unselected,
     crash_failure,
-    launched_project_kernel,
+    reached_project_kernel,
     read_record,
 )
 from pytest_kernelfix.config import Settings
@@ -165,11 +165,10 @@ class HealingController:
             if not report.failed:
                 return
             why = self.selection.why_not(captured.nodeid, captured.marked, captured.launches,
-                                         self.project)
+                                         self.project, captured.error.frames)
             if why:
-                self.unselected.append(Unselected(
-                    captured.nodeid, why, launched_project_kernel(captured.launches,
-                                                                  self.project)))
+                self.unselected.append(Unselected(captured.nodeid, why, reached_project_kernel(
+                    captured.launches, captured.error.frames, self.project)))
                 return
             self.failures.append(captured)
             if len(self.failures) == 1:

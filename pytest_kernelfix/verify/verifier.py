@@ -38,6 +38,7 @@ from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
 from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import POISON_MODES, ProbePlan
@@ -55,11 +56,13 @@ from pytest_kernelfix.verify.judge import (
 from pytest_kernelfix.verify.masks import kernel_output_unchanged, masked_verdict
 from pytest_kernelfix.verify.sensitivity import (
     BYPASS,
+    DOUBT,
     UNMEASURED,
     Judgement,
-    depends_on,
+    Runs,
     judge_kernel,
     judge_poisoned,
+    poisoned_runs,
 )
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
@@ -115,7 +118,10 @@ class Verifier:
         self.broken_before: set[str] = set()
         #: Regression tests known to pass on the original code.
         self.passed_before: set[str] = set()
-        self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
+        #: Tests a candidate must still launch a kernel in: not one that expected an
+        #: exception, whose fix is to raise before the launch.
+        self.launched = frozenset(f.nodeid for f in group.failures
+                                  if f.launches and not expects_raise(f))
         self.baseline_findings: frozenset[str] = frozenset()
         self.workspace = Workspace(sandbox, project.protected_files(
             f.test_path for f in group.failures))
@@ -130,6 +136,8 @@ class Verifier:
                                              f.test_path) for f in group.failures}
         self.base: RerunResult | None = None  # the representative on the original code
         self._attributed: tuple[str, ...] | None = None
+        #: The runs of the failed check that read the attributed kernel's output.
+        self._reading: Runs = frozenset()
         self._seen: set[str] = set()  # tests whose findings on the original code are known
         self._verified: frozenset[str] = frozenset()  # passed on this candidate elsewhere
         self.phases: list[Phase] = []
@@ -477,8 +485,8 @@ class Verifier:
 
     def attributed(self, candidate: Mapping[str, str]) -> tuple[str, ...]:
         """The kernel the representative's failed check reads on the original code: of
-        the kernels it launched, the last launched whose NaN output reaches that check
-        (measured once per bug, on the original code)."""
+        the kernels it launched, the last launched whose NaN output reaches a run of
+        that check that failed (measured once per bug, on the original code)."""
         if self._attributed is not None:
             return self._attributed
         self._attributed = ()
@@ -496,9 +504,11 @@ class Verifier:
                 [(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
                   ProbePlan(poison="nan", kernels=(kernel,), reach=True)) for kernel in tries],
                 candidate=False)
+            before = self.before(self.first)
             for kernel, result in zip(tries, results, strict=True):
-                if depends_on(result, self.first, line):
-                    self._attributed = (kernel,)
+                runs = poisoned_runs(result, self.first, line, before)
+                if runs is None or runs:
+                    self._attributed, self._reading = (kernel,), runs
                     return
 
         self._on_originals(candidate, find)
@@ -515,10 +525,13 @@ class Verifier:
                          "not used)")
             return Verdict(True, "not launched")
         judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel,
-                                 {self.first: self.before(self.first)})
+                                 {self.first: self.before(self.first)},
+                                 {self.first: self._reading})
         if judgement.state == BYPASS:
             return Verdict(False, judgement.summary, judgement.feedback,
                            kind=VerdictKind.INSENSITIVE)
+        if judgement.state == DOUBT:  # never a refusal: said beside the verdict
+            notes.append(judgement.summary)
         return Verdict(True, judgement.summary)
 
 

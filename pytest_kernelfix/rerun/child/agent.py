@@ -34,7 +34,12 @@ from pytest_kernelfix.rerun.plan import RerunPlan, load_plan
 from pytest_kernelfix.rerun.probes.checks import ReachMode
 from pytest_kernelfix.rerun.probes.compiles import CompileCounter
 from pytest_kernelfix.rerun.probes.integrity import CodeSites, IntegrityCheck
-from pytest_kernelfix.rerun.probes.poison import Poisoner, make_observer, remove_mode
+from pytest_kernelfix.rerun.probes.poison import (
+    TAINT_LETTERS,
+    Poisoner,
+    make_observer,
+    remove_mode,
+)
 from pytest_kernelfix.rerun.report import (
     CheckSite,
     ChildReport,
@@ -176,8 +181,9 @@ class RerunAgent:
         self.poisoner.reset()
         self.poisoner.active = True
         if self.observer is None:
-            self.observer = make_observer(self.poisoner.sites,
-                                          taint=self.plan.probe.poison == "nan")
+            self.observer = make_observer(
+                self.poisoner.sites, taint=self.plan.probe.poison == "nan",
+                runs=self.reach.log.run_index if self.reach is not None else None)
             if self.integrity is not None:
                 self.integrity.allow(self.observer)
         self.observer.reset(test_file)
@@ -191,16 +197,20 @@ class RerunAgent:
         ran = self.reach.log.sites if self.reach is not None else {}
         sites = []
         for line in sorted(set(read) | set(ran)):
-            reads, taint = read.get(line, (0, ""))
+            reads, taint, per_run = read.get(line, (0, "", {}))
             count = ran.get(line)
+            per_run = dict(per_run)
+            taints = "".join(TAINT_LETTERS[per_run.get(run, "")] for run in range(
+                len(count.outcomes))) if count and per_run else ""
             sites.append(CheckSite(line, reads, taint, count.runs if count else 0,
                                    count.failures if count else 0,
-                                   count.outcomes if count else ""))
+                                   count.outcomes if count else "", taints))
         reached = self.reach is not None and os.path.abspath(test_file) in self.reach.transformed
         return Probe(self.poisoner.launches, self.poisoner.poisoned,
                      observer.checks if observer is not None else 0,
                      observer.taint if observer is not None else "", tuple(sites), reached,
-                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints))
+                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints),
+                     observer.blind if observer is not None else 0)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

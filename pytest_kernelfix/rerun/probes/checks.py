@@ -10,9 +10,13 @@ on to its next check. The test's data flow is untouched (checks compute nothing 
 uses later); only its verdicts stop being fatal, so a reach-mode outcome is read from the
 record, never from pytest's pass or fail.
 
-A check is named by its *site*: the line of the test function's own statement that led
-to it (the outermost frame in the test's file), so a check made inside a helper is named
-by the helper's call, as it is in the original failure's traceback.
+A check is named by its *site*: the line of the innermost frame in the test's file, the
+check statement itself, also inside a helper of the test module (a helper that holds a
+forward check and a gradient check has two sites, as its traceback has two lines). A
+check made in a conftest or a test utility module, which is not guarded, is named by the
+line in the test's file that called it, as it is in the original failure's traceback.
+The guarded statements run at one site are told apart by the order they ran in (a loop
+over outputs).
 
 The transform is applied to test modules only (``python_files``), where pytest rewrites
 their asserts; statements inside ``with pytest.raises(...)`` and inside a ``try`` that
@@ -168,20 +172,22 @@ def wrap_checks(tree: ast.Module) -> int:
 
 
 def site_line(frame: FrameType | None, test_file: str) -> int:
-    """The line of the outermost frame running ``test_file`` (the test function's own
-    statement), from ``frame`` outwards; 0 when none runs it."""
-    line = 0
+    """The line of the innermost frame running ``test_file`` (the check statement, in the
+    test function or a helper of its module), from ``frame`` outwards; 0 when none runs
+    it."""
     while frame is not None:
         if frame.f_code.co_filename == test_file:
-            line = frame.f_lineno
+            return frame.f_lineno
         frame = frame.f_back
-    return line
+    return 0
 
 
 def failing_site(frames: Sequence[tuple[str, int]], test_file: str) -> int:
     """The site of a failure from its traceback frames ``(path, line)``, outermost first:
-    the line of the outermost frame in ``test_file``; 0 when no frame is there."""
-    return next((line for path, line in frames if os.path.abspath(path) == test_file), 0)
+    the line of the innermost frame in ``test_file`` (the check that failed, also inside
+    a helper of the test module); 0 when no frame is there."""
+    return next((line for path, line in reversed(frames)
+                 if os.path.abspath(path) == test_file), 0)
 
 
 # -- the record ----------------------------------------------------------------------------
@@ -212,6 +218,11 @@ class CheckLog:
     def start(self, test_file: str) -> None:
         self.test_file = test_file
         self.sites = {}
+
+    def run_index(self, line: int) -> int:
+        """Which run of the check at ``line`` is running: how many have ended."""
+        count = self.sites.get(line)
+        return count.runs if count is not None else 0
 
     def __call__(self, passed: bool) -> None:
         line = site_line(sys._getframe(1), self.test_file)
