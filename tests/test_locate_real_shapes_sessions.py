@@ -60,7 +60,10 @@ def test_a_backward_returning_too_few_gradients_heals_under_its_kernels_name(
 ) -> None:
     result, bugs = heal(pytester, monkeypatch, "gradient-count", "-k", "gradients")
     result.assert_outcomes(failed=4)
-    (bug,) = bugs
+    # every test of the selection fails: with no launch that worked, kernels sharing a
+    # helper stay apart (docs/reports.md), and the first patch heals the others
+    bug = bugs[0]
+    assert all(other["status"] == "healed" for other in bugs[1:]), bugs
     assert bug["status"] == "healed", (bug["reason"], bug["round_details"])
     assert bug["kernel"] == "act_grad_kernel" and bug["rounds"] == 1
     shown = set(bug["shown"])  # the short wrapper module may be shown whole
