@@ -12,8 +12,9 @@ Each bug is one line of liger's code changed and fails 10-30 of those tests:
 - ``settings``: ``calculate_settings``, the wrapper helper every op asks for its block size;
 - ``norm-long`` (only with ``--only``): the ``norm`` bug in a selection whose plain run takes
   over a minute: a GEGLU test module runs first, the RMSNorm tests (failing) in the middle,
-  more SwiGLU cases last. With ``--latency 20`` the scripted model answers after 20 s: what
-  healing while the tests run hides of a model's latency.
+  more SwiGLU cases last (``--repeat`` times, 10 by default). With ``--latency 20`` the
+  scripted model answers after 20 s: what healing while the tests run hides of a model's
+  latency.
 
 For each bug, in its own copy of the project and in one run of this script (the machine is
 shared: only ratios of one run mean anything):
@@ -160,8 +161,11 @@ def test_silu_mul_backward(bs, sl, hd):
 '''
 
 
-#: The ``norm-long`` selection: more SwiGLU cases, and GEGLU's (which run first).
+#: The ``norm-long`` selection: more SwiGLU cases, and GEGLU's (which run first); its SwiGLU
+#: shapes (last in the run, after the failing RMSNorm tests) are run ``--repeat`` times, so
+#: that the tests after the first failure outlast a 20 s model answer on an idle machine.
 MORE_SHAPES = " + [(4, 64, 256), (2, 96, 512), (1, 256, 384), (3, 32, 1024)]"
+REPEAT = 10
 MORE_DTYPES = " + [(torch.bfloat16, 2e-2, 2e-2)]"
 
 GEGLU_TEST = '''import pytest
@@ -235,13 +239,14 @@ MODES = {
 }
 
 
-def build(root: Path, bug: Bug) -> None:
+def build(root: Path, bug: Bug, repeat: int = REPEAT) -> None:
     copy_liger(root, ("rms_norm", "swiglu", "geglu") if bug.long else ("rms_norm", "swiglu"))
     target = root / bug.path
     target.write_text(replace_first(target.read_text(), bug.old, bug.new, bug.name))
     (root / "tests" / "test_rms_norm.py").write_text(RMS_TEST)
     (root / "tests" / "test_swiglu.py").write_text(SWIGLU_TEST.format(
-        more_shapes=MORE_SHAPES if bug.long else "", more_dtypes=MORE_DTYPES if bug.long else ""))
+        more_shapes=f"{MORE_SHAPES}\nSHAPES = SHAPES * {repeat}" if bug.long else "",
+        more_dtypes=MORE_DTYPES if bug.long else ""))
     if bug.long:
         (root / "tests" / "test_geglu.py").write_text(GEGLU_TEST)
     (root / "pytest.ini").write_text(INI)
@@ -301,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"comma-separated, of {', '.join(MODES)} (default: all)")
     parser.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
                         help="the scripted model answers after this many seconds")
+    parser.add_argument("--repeat", type=int, default=REPEAT,
+                        help="norm-long: times its SwiGLU cases run (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.latency:
         os.environ["KFX_LATENCY"] = str(args.latency)
@@ -318,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     for bug in chosen:
         root = base / bug.name
-        build(root, bug)
+        build(root, bug, args.repeat)
         plain_selection, failed, total, (first, last) = failing(root)
         plain_failing, _ = pytest_run(root, *failed)
         print(f"\n== {bug.name}: {len(failed)} of {total} selected tests fail (tests {first} to "
