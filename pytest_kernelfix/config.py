@@ -118,6 +118,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_max_tokens", "Stop asking the model once the session used this many "
            "tokens, prompt and completion; the remaining bugs are reported skipped (default: 0, "
            "no cap)", 0, "int", metavar="N"),
+    Option("kernelfix_base", "What the failing tests are compared with: a git revision "
+           "(REF), auto (a pull request's merge base in CI, else the last run in which the "
+           "test passed, else the uncommitted changes against HEAD) or none (default: auto)",
+           "auto", env="KERNELFIX_BASE", metavar="REF"),
 )
 
 #: Boolean options given as a bare flag (``--kernelfix``); the others take ``on|off``.
@@ -279,6 +283,7 @@ class Settings:
     max_tokens: int = 0
     verify: str = "staged"
     save_prompts: bool = True
+    base: str = "auto"
 
     @property
     def cache_root(self) -> Path:
@@ -328,6 +333,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
         save_prompts=bool(value("kernelfix_save_prompts")),
+        base=value("kernelfix_base") or "auto",
     )
 
 

@@ -18,6 +18,7 @@ import functools
 import os
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -214,9 +215,38 @@ class HealingController:
             if note not in self.notes:
                 self.notes.append(str(note))
 
+    @functools.cached_property
+    def green(self) -> Path | None:
+        """The folder of the last-green record in pytest's cache (None without one:
+        ``-p no:cacheprovider``)."""
+        cache = getattr(self.config, "cache", None)
+        if cache is None:
+            return None
+        try:
+            return Path(cache.mkdir("kernelfix-green"))
+        except OSError:
+            return None
+
+    def record_green(self) -> None:
+        """Record the project's files as the state the selected kernel tests that passed
+        passed at (the last green state a later failure is compared with)."""
+        from pytest_kernelfix.locate.green import GreenStore
+
+        passed = [test.nodeid for test in self.passed if self.selection.selects(
+            test.nodeid, test.nodeid in self.marked, test.launches, self.project)]
+        if not passed or self.green is None:
+            return
+        try:
+            GreenStore(self.green).record(self.project, passed, skip=(
+                self.settings.report_dir, self.settings.cache_root))
+        except Exception as error:  # a read-only cache: no record, nothing else lost
+            self.notes.append(f"the last-green record was not written: {error}")
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
+            if exitstatus != pytest.ExitCode.INTERRUPTED:
+                self.record_green()
             self._heal_at_end(exitstatus)
         finally:
             if self._reruns is not None:
@@ -263,6 +293,7 @@ class HealingController:
             project=self.project,
             notes=tuple(self.notes),
             unselected=tuple(self.unselected),
+            green=self.green,
         )
 
     def heal(self) -> SessionReport:

@@ -29,13 +29,26 @@ from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRe
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
 from pytest_kernelfix.heal.loop import heal
 from pytest_kernelfix.heal.outcomes import (
+    DECLINED,
     HEALED,
     MASKED,
     SKIPPED,
     UNHEALED,
     Guard,
     HealResult,
+    Phase,
     RoundRecord,
+)
+from pytest_kernelfix.locate.base import Changes, resolve_changes
+from pytest_kernelfix.locate.change import (
+    NOT_REGRESSION,
+    REGRESSION,
+    TEST_CHANGED,
+    Change,
+    Regression,
+    change_view,
+    reverts_only,
+    with_change,
 )
 from pytest_kernelfix.locate.context import BugContext, build_context
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
@@ -59,6 +72,8 @@ from pytest_kernelfix.session.schedule import (
     worker_count,
     worker_env,
 )
+from pytest_kernelfix.verify.culprit import find_culprits
+from pytest_kernelfix.verify.sample import representative
 from pytest_kernelfix.verify.triage import raised_in_kernel
 from pytest_kernelfix.verify.verifier import Runner, Verifier
 
@@ -70,7 +85,8 @@ class SessionInputs:
     """What the test run left for healing, and how reruns must be made.
 
     ``notes`` are the session's own remarks, written into ``report.json`` and
-    ``report.md`` as well as shown on the terminal.
+    ``report.md`` as well as shown on the terminal. ``green`` is the folder of the
+    last-green record (:mod:`pytest_kernelfix.locate.green`), None without one.
     """
 
     failures: tuple[Failure, ...]
@@ -80,6 +96,7 @@ class SessionInputs:
     project: Project
     notes: tuple[str, ...] = field(default_factory=tuple)
     unselected: tuple[Unselected, ...] = ()
+    green: Path | None = None
 
     @property
     def device(self) -> str:
@@ -173,6 +190,7 @@ class _Session:
     gpus: tuple[str, ...]
     reach: Reach
     budget: Budget
+    changes: Changes = field(default_factory=Changes)
     results: dict[int, HealResult] = field(default_factory=dict)
     reruns: dict[int, RerunStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -212,9 +230,10 @@ class _Session:
                     self.say(group, line.strip())
 
                 counted = _Counted(stages.runner, progress)
+                change = self.changes.for_test(representative(group), inputs.project)
                 result = heal_bug(group, inputs, sandbox,
                                   replace(stages, runner=counted, progress=progress), self.reach,
-                                  winners)
+                                  winners, change=change, exclude=self.exclude)
                 self.reruns[index] = counted.stats
                 if result.status == HEALED and result.changed_files:
                     winners.append(Winner(group.id, result.final))
@@ -239,6 +258,11 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
     if any(failure.crashed for failure in inputs.failures):
         inputs = _reproduce_crashes(inputs, stages, exclude)
+    changes, said = resolve_changes(
+        settings.base, project, os.environ, green=inputs.green,
+        skip=(settings.report_dir, settings.cache_root),
+        nodeids=[failure.nodeid for failure in inputs.failures])
+    inputs = replace(inputs, notes=inputs.notes + said)
     groups = group_failures(inputs.failures, project, reach)
     healable = groups[:settings.max_groups]
     lanes = chains(healable)
@@ -246,7 +270,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
     jobs = rerun_jobs(settings.rerun_jobs, workers, inputs.device, cpu_count())
     inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
-    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
+    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget, changes)
     for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
         session.results[index] = _skipped(
             group, f"over the limit of {settings.max_groups} bugs per session "
@@ -339,21 +363,25 @@ def build_on(originals: Mapping[str, str], winners: Sequence[Winner]) -> (
 
 
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
-             reach: Reach, winners: Sequence[Winner] = ()) -> HealResult:
+             reach: Reach, winners: Sequence[Winner] = (), *, change: Change | None = None,
+             exclude: Sequence[str] = ()) -> HealResult:
     """One bug, in the given sandbox: a free fixer's first answer, the baseline and
     triage, then (when earlier bugs of its chain healed files it shares) their patches as
-    a candidate, then the round loop from the text they leave."""
+    a candidate, then, with a ``change`` since a base, the experiment that finds the
+    hunks whose revert makes the test pass, then the round loop from the text they
+    leave."""
     started = time.monotonic()
     project = inputs.project
+    widened = with_change(group, change, project) if change is not None else group
     try:
-        originals = read_originals(project.root, group.editable)
+        originals = read_originals(project.root, widened.editable)
     except (OSError, UnicodeDecodeError) as error:
         return _skipped(group, f"cannot read the editable source: {error}")
     base, earlier = build_on(originals, winners)
-    context = build_context(group, project, device=inputs.device,
-                            checks=checks_for(inputs.setup.device))
-    verifier = Verifier(sandbox, inputs.setup, group, project,
-                        regression=regression_nodeids(group, inputs.passed, project, reach),
+    checks = checks_for(inputs.setup.device)
+    context = build_context(group, project, device=inputs.device, checks=checks)
+    verifier = Verifier(sandbox, inputs.setup, widened, project,
+                        regression=regression_nodeids(widened, inputs.passed, project, reach),
                         runner=stages.runner, mode=inputs.settings.verify,
                         say=lambda line: stages.progress(f"  {line}"))
 
@@ -362,7 +390,7 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         return replace(result, seconds=time.monotonic() - started)
 
     first: Proposal | None = None
-    if is_free(stages.fixer) and not earlier:
+    if is_free(stages.fixer) and not earlier and change is None:
         first, why = _ask_first(_Announced(stages.fixer, stages.progress), context, base)
         if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
             return done(HealResult(group.id, UNHEALED, why))
@@ -378,11 +406,26 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         triaged = tuple(verifier.phases)
         if why_not:
             return done(replace(_skipped(group, why_not), triage=triaged))
-        context = with_failure_notes(context, verifier)
         if earlier:
             healed = _healed_by(group, verifier, base, earlier, stages)
             if healed is not None:
                 return done(replace(healed, triage=triaged))
+        used, regression = group, None
+        if change is not None:
+            regression = find_culprits(
+                change, verifier.first, sandbox, RerunSpec(verifier.setup, sandbox.root, ()),
+                runner=stages.runner, project=project, exclude=exclude,
+                say=lambda line: stages.progress(f"  {line}"), jobs=verifier.setup.jobs,
+                baseline_seconds=sum(phase.seconds for phase in triaged))
+            triaged += trial_phases(regression)
+            if regression is not None and regression.verdict == TEST_CHANGED:
+                return done(HealResult(group.id, DECLINED, f"{regression.summary}: nothing to "
+                                       "heal in the kernel", triage=triaged,
+                                       regression=regression))
+            used, context = change_context(group, widened, change, regression, inputs, checks)
+        context = with_failure_notes(context, verifier)
+        files = {path: base[path] if path in base else read_originals(project.root, [path])[path]
+                 for path in used.editable}
 
         def on_round(record: RoundRecord) -> None:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
@@ -394,13 +437,46 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             return clean_log(text, roots)
 
         result = heal(
-            context, base, fixer=_Announced(stages.fixer, stages.progress), verify=verifier,
+            context, files, fixer=_Announced(stages.fixer, stages.progress), verify=verifier,
             rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
             resolve_need=NeedResolver(project, reach), tidy=tidy, first=first,
         )
-        return done(replace(result, triage=triaged))
+        revert = change is not None and result.status == HEALED and reverts_only(
+            change, result.original, result.final)
+        return done(replace(result, triage=triaged, regression=regression, revert=revert,
+                            editable=used.editable if used.editable != group.editable else ()))
     finally:
         verifier.restore()
+
+
+def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
+    """The experiment's reruns as steps before round 1."""
+    if regression is None:
+        return ()
+    return tuple(Phase(f"culprit search ({len(trial.reverted)} hunk(s) reverted)",
+                       (regression.test,), trial.seconds, "passed" if trial.passed
+                       else "failed") for trial in regression.trials)
+
+
+def change_context(group: BugGroup, widened: BugGroup, change: Change,
+                   regression: Regression | None, inputs: SessionInputs,
+                   checks: tuple[str, ...]) -> tuple[BugGroup, BugContext]:
+    """The bug as the rounds see it after the experiment, and its context: with the
+    culprit lines pinned and shown beside the base's after a regression; as without a
+    base, plus a note, when the failure is not a regression of the change; with the
+    change and what it touched when the experiment could not tell."""
+    project = inputs.project
+    if regression is not None and regression.verdict == NOT_REGRESSION:
+        context = build_context(group, project, device=inputs.device, checks=checks)
+        note = (f"{regression.summary}: the fault is probably older than the change, in "
+                "the code shown here.")
+        return group, replace(context, notes=(*context.notes, note))
+    culprits = regression.culprits if regression is not None and (
+        regression.verdict == REGRESSION) else ()
+    used = with_change(group, change, project, culprits) if culprits else widened
+    view = change_view(change, regression, used.editable)
+    return used, build_context(used, project, device=inputs.device, checks=checks,
+                               change=view)
 
 
 #: Seconds between "still waiting" lines while a fixer thinks.

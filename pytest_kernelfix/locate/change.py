@@ -1,0 +1,468 @@
+"""The change since a base: its files, its hunks, what reverting some of them leaves, and
+how a prompt and a report show it.
+
+In CI most red kernel tests are regressions of the change under review; locally, of the
+last edit. The change is the strongest localization signal there is, and an experiment
+can use it: revert some hunks in the sandbox, rerun the failing test, and the hunks whose
+revert alone makes it pass are where the fault is (:mod:`pytest_kernelfix.verify.culprit`).
+Where the base comes from (git, the CI's target branch, the last green run) is
+:mod:`pytest_kernelfix.locate.base`; this module is pure functions over texts.
+
+A *hunk* is a run of changed lines; runs closer than :data:`MERGE_GAP` unchanged lines
+are one hunk, so a hunk is one edit as a reviewer reads it. Reverting a hunk puts the
+base's lines back in its place; reverting every hunk of a file gives the base's text
+byte for byte (line endings included).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
+
+from pytest_kernelfix.locate.grouping import MAX_EDITABLE_FILES, BugGroup
+from pytest_kernelfix.locate.outline import parse_module
+from pytest_kernelfix.locate.reach import Located
+from pytest_kernelfix.project import Project
+
+#: Changed runs separated by at most this many unchanged lines are one hunk.
+MERGE_GAP = 2
+#: What the prompt's diff of the change takes at most, in characters.
+DIFF_BUDGET = 3_000
+#: What the prompt's culprit lines (now and at the base) take at most, in characters.
+CULPRIT_BUDGET = 1_800
+#: Files the change adds to a bug's editable files at most (besides the culprit's).
+MAX_CHANGED_FILES = 4
+#: Definitions the change touched that are pinned (shown in full) at most, besides the
+#: culprit's.
+MAX_PINNED_TOUCHED = 4
+
+#: What an experiment concluded (:class:`Regression.verdict`).
+REGRESSION = "regression"
+NOT_REGRESSION = "not_regression"
+TEST_CHANGED = "test_changed"
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """Lines ``start``..``end`` of the current text (1-based, inclusive) were lines
+    ``base_start``..``base_end`` at the base. An empty side has ``end == start - 1``:
+    the lines were added (no base lines) or removed (no current lines, which stood
+    before current line ``start``)."""
+
+    path: str
+    start: int
+    end: int
+    base_start: int
+    base_end: int
+    lines: tuple[str, ...] = ()
+    base_lines: tuple[str, ...] = ()
+    test: bool = False
+
+    @property
+    def span(self) -> str:
+        """``12``, ``12-14``, or ``before 12`` for lines only removed."""
+        if self.end < self.start:
+            return f"before {self.start}"
+        return f"{self.start}" if self.end == self.start else f"{self.start}-{self.end}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}:{self.span}"
+
+    @property
+    def line(self) -> int:
+        """The line a reviewer is pointed at: the first changed line, or where lines were
+        only removed, the line before them."""
+        return self.start if self.end >= self.start else max(1, self.start - 1)
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file's text at the base and now (None: absent there), and whether it is a
+    test file (tests and conftests are never reverted)."""
+
+    path: str
+    base: str | None
+    current: str | None
+    test: bool = False
+
+    @functools.cached_property
+    def hunks(self) -> tuple[Hunk, ...]:
+        return file_hunks(self.path, self.base, self.current, test=self.test)
+
+
+@dataclass(frozen=True)
+class Change:
+    """Every file that differs between a base and the working tree (``files``), under
+    the base's name as a reader sees it (``base``: ``origin/main (merge base 1a2b3c4d)``,
+    ``HEAD (uncommitted changes)``...). ``notes`` say what could not be compared."""
+
+    base: str
+    files: tuple[FileChange, ...]
+    notes: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def hunks(self) -> tuple[Hunk, ...]:
+        return tuple(hunk for change in self.files for hunk in change.hunks)
+
+    @property
+    def source_hunks(self) -> tuple[Hunk, ...]:
+        """The hunks an experiment may revert: none of a test file."""
+        return tuple(hunk for hunk in self.hunks if not hunk.test)
+
+    @property
+    def test_hunks(self) -> tuple[Hunk, ...]:
+        return tuple(hunk for hunk in self.hunks if hunk.test)
+
+    def file(self, path: str) -> FileChange | None:
+        return next((change for change in self.files if change.path == path), None)
+
+    def reverted(self, hunks: Iterable[Hunk]) -> dict[str, str | None]:
+        """The text of each file ``hunks`` are in, with just those hunks put back as they
+        were at the base (None: the file did not exist there)."""
+        by_path: dict[str, list[Hunk]] = {}
+        for hunk in hunks:
+            by_path.setdefault(hunk.path, []).append(hunk)
+        texts: dict[str, str | None] = {}
+        for path, chosen in by_path.items():
+            change = self.file(path)
+            if change is not None:
+                texts[path] = revert_text(change, chosen)
+        return texts
+
+    def diff(self, first: Sequence[str] = (), limit: int = DIFF_BUDGET) -> str:
+        """A unified diff of the non-test files, ``first`` (paths) leading, within
+        ``limit`` characters; the files left out are named on a last line."""
+        order = sorted((c for c in self.files if not c.test),
+                       key=lambda c: (c.path not in first, first.index(c.path)
+                                      if c.path in first else 0, c.path))
+        parts: list[str] = []
+        left: list[str] = []
+        used = 0
+        for change in order:
+            text = file_diff(change)
+            if not text:
+                continue
+            if used + len(text) > limit:
+                room = limit - used
+                if not parts and room > 400:  # the first file, cut at a line
+                    cut = text[:room].rsplit("\n", 1)[0]
+                    parts.append(cut + "\n[... the rest of this file's diff is left out]\n")
+                    used = limit
+                    continue
+                left.append(change.path)
+                continue
+            parts.append(text)
+            used += len(text)
+        if left:
+            parts.append(f"[... {len(left)} more changed file(s) not shown: "
+                         f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}]\n")
+        return "".join(parts)
+
+    @property
+    def changed_tests(self) -> tuple[str, ...]:
+        return tuple(change.path for change in self.files if change.test and change.hunks)
+
+
+def _lines(text: str | None) -> list[str]:
+    return [] if text is None else text.splitlines(keepends=True)
+
+
+def file_hunks(path: str, base: str | None, current: str | None, *, test: bool = False
+               ) -> tuple[Hunk, ...]:
+    """The hunks of one file, from the base's text to the current one."""
+    old, new = _lines(base), _lines(current)
+    if old == new:
+        return ()
+    blocks: list[list[int]] = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if blocks and i1 - blocks[-1][1] <= MERGE_GAP and j1 - blocks[-1][3] <= MERGE_GAP:
+            blocks[-1][1], blocks[-1][3] = i2, j2
+        else:
+            blocks.append([i1, i2, j1, j2])
+    return tuple(
+        Hunk(path, j1 + 1, j2, i1 + 1, i2,
+             tuple(line.rstrip("\r\n") for line in new[j1:j2]),
+             tuple(line.rstrip("\r\n") for line in old[i1:i2]), test)
+        for i1, i2, j1, j2 in blocks)
+
+
+def revert_text(change: FileChange, hunks: Iterable[Hunk]) -> str | None:
+    """``change``'s current text with ``hunks`` (of this file) put back as at the base."""
+    chosen = sorted({(h.start, h.end, h.base_start, h.base_end) for h in hunks}, reverse=True)
+    if change.current is None:
+        return change.base if chosen else None
+    if change.base is None:
+        return None if chosen else change.current
+    lines, base = _lines(change.current), _lines(change.base)
+    for start, end, base_start, base_end in chosen:
+        lines[start - 1:end] = base[base_start - 1:base_end]
+    text = "".join(lines)
+    if len(chosen) == len(change.hunks):
+        return change.base  # exactly, whatever difflib made of the line ends
+    return text
+
+
+def file_diff(change: FileChange, context: int = 2) -> str:
+    """One file's change as a git-style unified diff."""
+    old, new = _lines(change.base), _lines(change.current)
+    if old == new:
+        return ""
+    before = f"a/{change.path}" if change.base is not None else "/dev/null"
+    after = f"b/{change.path}" if change.current is not None else "/dev/null"
+    lines = []
+    for line in difflib.unified_diff(old, new, before, after, n=context):
+        lines.append(line if line.endswith("\n") else line + "\n")
+    return "".join(lines)
+
+
+# -- what the change touched -----------------------------------------------------------
+
+
+def touched_definitions(hunks: Iterable[Hunk], text: str) -> tuple[str, ...]:
+    """The innermost definitions of ``text`` (the current file) whose lines ``hunks``
+    changed, in order of first change; a hunk that only removed lines touches the
+    definition around where they were."""
+    index = parse_module(text)
+    if index.error:
+        return ()
+    found: list[str] = []
+    for hunk in hunks:
+        lines = range(hunk.start, hunk.end + 1) if hunk.end >= hunk.start else (
+            hunk.start - 1, hunk.start)
+        for line in lines:
+            definition = index.at(line)
+            if definition is not None and definition.qualname not in found:
+                found.append(definition.qualname)
+    return tuple(found)
+
+
+def changed_editable(change: Change, project: Project) -> tuple[str, ...]:
+    """The changed files a fix may edit (present now, project sources), in order."""
+    return tuple(c.path for c in change.files if c.current is not None and not c.test
+                 and c.hunks and project.editable(str(project.root / c.path)))
+
+
+def with_change(group: BugGroup, change: Change, project: Project,
+                culprits: Sequence[Hunk] = ()) -> BugGroup:
+    """``group`` with the change's files editable and the definitions it touched ranked
+    first: the culprit's definitions at the launched kernels' score (shown whatever the
+    budget), the first others touched pinned just below, the rest ranked above everything
+    reach found but free to give way.
+
+    Files: the culprit's first, then the group's own, then the changed files closest to
+    them (same folder first), at most :data:`MAX_CHANGED_FILES` more.
+    """
+    editable = list(dict.fromkeys([*(h.path for h in culprits), *group.editable]))
+    editable = [path for path in editable if project.editable(str(project.root / path))]
+    folders = {PurePosixPath(path).parent for path in editable}
+    others = sorted((p for p in changed_editable(change, project) if p not in editable),
+                    key=lambda p: PurePosixPath(p).parent not in folders)
+    limit = max(len(editable), MAX_EDITABLE_FILES) + MAX_CHANGED_FILES
+    editable = (editable + others)[:limit]
+    top = max((item.score for item in group.located), default=100.0)
+    ranked: dict[tuple[str, str], Located] = {item.key: item for item in group.located}
+    culprit_keys: list[tuple[str, str]] = []
+    for path in dict.fromkeys(h.path for h in culprits):
+        text = change.file(path)
+        if path not in editable or text is None or text.current is None:
+            continue
+        for name in touched_definitions([h for h in culprits if h.path == path], text.current):
+            culprit_keys.append((path, name))
+    touched: list[tuple[str, str]] = []
+    for path in editable:
+        text = change.file(path)
+        if text is None or text.current is None or text.test:
+            continue
+        touched += [(path, name) for name in touched_definitions(text.hunks, text.current)
+                    if (path, name) not in culprit_keys]
+    why = f"changed since {change.base}"
+    for key in culprit_keys:
+        ranked[key] = Located(*key, top, "reverting its changed lines alone makes the test "
+                              "pass", jit=_jit(ranked.get(key)), pinned=True)
+    for number, key in enumerate(touched):
+        old = ranked.get(key)
+        pinned = number < MAX_PINNED_TOUCHED
+        score = top - 0.25 if pinned else top - 0.5
+        if old is not None and old.score >= score:
+            ranked[key] = replace(old, pinned=old.pinned or pinned, why=f"{old.why}; {why}")
+        else:
+            ranked[key] = Located(*key, score, why, jit=_jit(old),
+                                  pinned=pinned or bool(old and old.pinned))
+    located = sorted((item for item in ranked.values() if item.path in editable),
+                     key=lambda item: (-item.score, item.path, item.qualname))
+    return replace(group, editable=tuple(editable), located=tuple(located))
+
+
+def _jit(item: Located | None) -> bool:
+    return bool(item and item.jit)
+
+
+# -- the experiment's conclusion -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One rerun of the experiment: the hunks it reverted, and whether the test passed."""
+
+    reverted: tuple[str, ...]
+    passed: bool
+    seconds: float = 0.0
+    outcome: str = ""
+
+
+@dataclass(frozen=True)
+class Regression:
+    """What reverting parts of the change did to the representative failing test.
+
+    ``verdict``: :data:`REGRESSION` (reverting ``culprits`` alone makes ``test`` pass),
+    :data:`NOT_REGRESSION` (it fails with every source hunk reverted too) or
+    :data:`TEST_CHANGED` (it passes only with the test files as they were at the base).
+    ``hunks`` is how many hunks the search was over; ``minimal`` is False when the trial
+    cap stopped it before the culprit set was minimal (every hunk of it still counts).
+    """
+
+    base: str
+    verdict: str
+    test: str
+    culprits: tuple[Hunk, ...] = ()
+    trials: tuple[Trial, ...] = ()
+    hunks: int = 0
+    minimal: bool = True
+
+    @property
+    def reruns(self) -> int:
+        return len(self.trials)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(hunk.path for hunk in self.culprits))
+
+    def lines_of(self, path: str) -> str:
+        return ", ".join(hunk.span for hunk in self.culprits if hunk.path == path)
+
+    @property
+    def summary(self) -> str:
+        """One sentence for the report, the terminal and the annotation."""
+        reruns = _plural(self.reruns, "rerun")
+        if self.verdict == REGRESSION:
+            where = " and ".join(_lines_word(self.lines_of(path)) + f" of {path}"
+                                 for path in self.files)
+            rest = "" if self.minimal else ("; the rerun cap stopped the search before it "
+                                            "was minimal")
+            return (f"regression since {self.base}: {where} introduced it: reverting "
+                    f"{'it' if _single(self.culprits) else 'them'} alone makes {self.test} "
+                    f"pass ({reruns} over {_plural(self.hunks, 'changed hunk')}{rest})")
+        if self.verdict == TEST_CHANGED:
+            return (f"the test changed since {self.base}: {self.test} passes with its test "
+                    f"files as they were there and fails with every other change reverted "
+                    f"({reruns}); changed: {', '.join(self.test_files)}")
+        return (f"not a regression of the change since {self.base}: {self.test} fails with "
+                f"every change of the project's non-test files reverted too ({reruns})")
+
+    @property
+    def test_files(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(h.path for h in self.culprits if h.test))
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _single(hunks: Sequence[Hunk]) -> bool:
+    return len(hunks) == 1 and hunks[0].end <= hunks[0].start
+
+
+def _lines_word(spans: str) -> str:
+    """``line 12``, ``lines 12-14``, ``lines 3, 9``."""
+    single = "," not in spans and "-" not in spans and not spans.startswith("before")
+    return f"line {spans}" if single else f"lines {spans}"
+
+
+def culprit_text(regression: Regression, limit: int = CULPRIT_BUDGET) -> str:
+    """The culprit lines for a prompt: each hunk now and at the base, bounded."""
+    parts = [
+        f"An experiment found these lines: {regression.test} fails on the current code "
+        f"and passes when only these lines of the change since {regression.base} are put "
+        f"back as they were ({_plural(regression.reruns, 'rerun')} in a sandbox copy). "
+        "They are "
+        "shown in full in the editable files below. Fix the fault in them and keep what "
+        "the change meant to do; a plain revert undoes the change.",
+    ]
+    used = len(parts[0])
+    for hunk in regression.culprits:
+        now = "\n".join(hunk.lines) or "(nothing: the change removed the lines below)"
+        was = "\n".join(hunk.base_lines) or "(nothing: the change added the lines above)"
+        block = (f"\n{hunk.path}, {_lines_word(hunk.span)} now:\n{_fence(now)}\n"
+                 f"at {regression.base}:\n{_fence(was)}")
+        if used + len(block) > limit and used > len(parts[0]):
+            parts.append(f"\n[... {len(regression.culprits) - len(parts) + 1} more hunk(s) "
+                         "left out]")
+            break
+        if used + len(block) > limit:
+            block = block[:limit - used].rsplit("\n", 1)[0] + "\n```"
+        parts.append(block)
+        used += len(block)
+    return "\n".join(parts)
+
+
+def _fence(text: str) -> str:
+    ticks = "```"
+    while ticks in text:
+        ticks += "`"
+    return f"{ticks}python\n{text}\n{ticks}"
+
+
+@dataclass(frozen=True)
+class ChangeView:
+    """The change as a prompt shows it: the base's name, the bounded diff of the
+    project's non-test files, the culprit lines found by experiment ("" when none), and
+    the changed test files (named, not shown)."""
+
+    base: str
+    diff: str
+    culprit: str = ""
+    tests: tuple[str, ...] = ()
+    size: int = field(default=0, compare=False)
+
+
+def change_view(change: Change, regression: Regression | None = None,
+                first: Sequence[str] = ()) -> ChangeView:
+    """What a prompt shows of ``change``; ``first`` are the files its diff leads with."""
+    culprits = regression.files if regression is not None else ()
+    diff = change.diff([*culprits, *first])
+    culprit = culprit_text(regression) if regression is not None and (
+        regression.verdict == REGRESSION) else ""
+    return ChangeView(change.base, diff, culprit, change.changed_tests,
+                      len(diff) + len(culprit) + 200)
+
+
+def reverts_only(change: Change, original: Mapping[str, str], final: Mapping[str, str]
+                 ) -> bool:
+    """Whether going from ``original`` to ``final`` only puts lines of ``change`` back as
+    they were at the base: a revert, not a fix of the change."""
+    changed = [path for path in final if original.get(path) != final[path]]
+    if not changed:
+        return False
+    for path in changed:
+        file = change.file(path)
+        if file is None or file.current is None or original.get(path) != file.current:
+            return False
+        touched = file_hunks(path, original[path], final[path])
+        chosen = [hunk for hunk in file.hunks if any(_overlaps(hunk, edit) for edit in touched)]
+        if not chosen or revert_text(file, chosen) != final[path]:
+            return False
+    return True
+
+
+def _overlaps(hunk: Hunk, edit: Hunk) -> bool:
+    """Whether an edit of the current text (its base side is the current text) meets a
+    hunk of the change (current side)."""
+    low, high = edit.base_start, max(edit.base_end, edit.base_start)
+    return hunk.start <= high + 1 and low <= max(hunk.end, hunk.start) + 1
