@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.heal.outcomes import DECLINED, HEALED, MASKED, SKIPPED
-from pytest_kernelfix.locate.change import REGRESSION
+from pytest_kernelfix.locate.change import REGRESSION, TEST_CHANGED
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import (
     BugReport,
@@ -163,9 +163,11 @@ def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
 
 def culprit_location(bug: BugReport) -> tuple[str, int] | None:
     """The first culprit line of the change (rootdir-relative file, line), when the
-    experiment found the lines whose revert alone makes the test pass."""
+    experiment found the lines whose revert alone makes the test pass, or the test's own
+    changed lines that explain the failure."""
     regression = bug.result.regression
-    if regression is None or regression.verdict != REGRESSION or not regression.culprits:
+    if regression is None or regression.verdict not in (REGRESSION, TEST_CHANGED) or (
+            not regression.culprits):
         return None
     hunk = regression.culprits[0]
     return hunk.path, hunk.line
@@ -202,7 +204,8 @@ def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
     culprit = culprit_location(bug)
     if culprit is not None and result.regression is not None:
         where = culprit  # on the change's line, where the pull request shows it
-        message += f"\n{result.regression.summary}"
+        if result.regression.summary not in message:
+            message += f"\n{result.regression.summary}"
         if result.revert:
             message += ("\nThe suggested patch only reverts these lines of the change: a "
                         "revert, not a fix of the change.")
