@@ -189,3 +189,28 @@ def test_cuda_only_out_dtype_matmuls_compute_on_the_cpu(on_cpu: None) -> None:
     torch.testing.assert_close(batched[0], 2 * wide)
     with pytest.raises(NotImplementedError, match=r"mm\.dtype"):  # CPU tensors: as torch says
         torch.mm(a.cpu(), b.cpu().t(), out_dtype=torch.float32)
+
+
+def test_hardswish_gradient_at_its_knees_is_the_one_a_gpu_computes(on_cpu: None) -> None:
+    # Activation inputs of exactly -3 or 3 are common in fp16/bf16 activations; the CUDA
+    # kernel keeps both knees inside the sloped band, the CPU kernel does not.
+    knees = torch.tensor([-3.5, -3.0, -1.5, 0.0, 2.0, 3.0, 3.5])
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = knees.to(dtype).cuda().requires_grad_()
+        out = torch.nn.functional.hardswish(x)
+        upstream = torch.full_like(out, 2.0)
+        (grad,) = torch.autograd.grad(out, x, upstream)
+        assert grad.is_cuda and grad.dtype == dtype
+        expected = torch.tensor([0.0, -1.0, 0.0, 1.0, 2 * (2 / 3 + 0.5), 3.0, 2.0])
+        torch.testing.assert_close(grad.float().cpu(), expected, atol=1e-2, rtol=0)
+        plain = torch.nn.functional.hardswish(knees.to(dtype))  # forward values unchanged
+        assert torch.equal(out.detach().cpu(), plain)
+    module_input = knees.cuda().requires_grad_()
+    torch.nn.Hardswish()(module_input).sum().backward()
+    assert module_input.grad is not None
+    assert module_input.grad[[1, 5]].tolist() == [-0.5, 1.5]
+    on_the_cpu = knees.clone().requires_grad_()  # a CPU tensor keeps what CPU torch says
+    torch.nn.functional.hardswish(on_the_cpu).sum().backward()
+    assert on_the_cpu.grad is not None
+    expected_cpu = torch.ops.aten.hardswish_backward(torch.ones_like(knees), knees)
+    assert torch.equal(on_the_cpu.grad, expected_cpu)

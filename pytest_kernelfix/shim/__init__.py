@@ -8,7 +8,8 @@ seven independent pieces, each undone by ``uninstall()``:
 - ``cuda``: ``device="cuda"`` tensors live on the CPU, and they, the Parameters of
   modules on "cuda" and what autograd hands back say they are CUDA tensors;
   ``torch.cuda`` answers as one GPU of ``target_capability`` (skipped with
-  ``cuda=False`` or when CUDA is real).
+  ``cuda=False`` or when CUDA is real); ops the CPU lacks or computes differently
+  (``out_dtype`` matmuls, hard-swish's gradient at its knees) compute as CUDA's.
 - ``autocast``: ``torch.autocast("cuda")`` casts those tensors per CUDA's op lists
   (with the CUDA piece; off with ``autocast=False``).
 - ``bf16``: the interpreter computes bf16 as a GPU does instead of on raw 16-bit

@@ -136,7 +136,7 @@ def _mode_class() -> type:
                 to_cuda = any_marked(args, kwargs)
             if to_cuda and autocast.enabled():
                 args, kwargs = autocast.autocast_inputs(func, args, kwargs, is_marked)
-            if to_cuda and cuda_ops.needs_emulation(func, kwargs):
+            if to_cuda and cuda_ops.needs_emulation(func, kwargs, args):
                 result = cuda_ops.run(func, args, kwargs)
             else:
                 result = func(*args, **kwargs)
