@@ -385,21 +385,27 @@ def _lines_word(spans: str) -> str:
     return f"line {spans}" if single else f"lines {spans}"
 
 
-def culprit_text(regression: Regression, limit: int = CULPRIT_BUDGET) -> str:
-    """The culprit lines for a prompt: each hunk now and at the base, bounded."""
+def culprit_text(regression: Regression, change: Change | None = None,
+                 limit: int = CULPRIT_BUDGET) -> str:
+    """The culprit lines for a prompt: each hunk now and at the base, with
+    :data:`CONTEXT` unchanged lines around them (from ``change``), bounded."""
     parts = [
         f"An experiment found these lines: {regression.test} fails on the current code "
         f"and passes when only these lines of the change since {regression.base} are put "
         f"back as they were ({_plural(regression.reruns, 'rerun')} in a sandbox copy). "
-        "They are "
-        "shown in full in the editable files below. Fix the fault in them and keep what "
-        "the change meant to do; a plain revert undoes the change.",
+        "They are shown in full in the editable files below. Fix the fault in them and keep "
+        "what the change meant to do; a plain revert undoes the change.",
     ]
     used = len(parts[0])
     for hunk in regression.culprits:
-        now = "\n".join(hunk.lines) or "(nothing: the change removed the lines below)"
-        was = "\n".join(hunk.base_lines) or "(nothing: the change added the lines above)"
-        block = (f"\n{hunk.path}, {_lines_word(hunk.span)} now:\n{_fence(now)}\n"
+        file = change.file(hunk.path) if change is not None else None
+        now = _around(file.current if file else None, hunk.start, hunk.end, hunk.lines)
+        was = _around(file.base if file else None, hunk.base_start, hunk.base_end,
+                      hunk.base_lines)
+        where = (f"{_lines_word(hunk.span)} now" if hunk.lines else
+                 f"where the change removed lines, before line {hunk.start}, now")
+        block = (f"\n{hunk.path}, {where}"
+                 f"{' (the lines around unchanged)' if file else ''}:\n{_fence(now)}\n"
                  f"at {regression.base}:\n{_fence(was)}")
         if used + len(block) > limit and used > len(parts[0]):
             parts.append(f"\n[... {len(regression.culprits) - len(parts) + 1} more hunk(s) "
@@ -410,6 +416,21 @@ def culprit_text(regression: Regression, limit: int = CULPRIT_BUDGET) -> str:
         parts.append(block)
         used += len(block)
     return "\n".join(parts)
+
+
+#: Unchanged lines shown around each culprit hunk.
+CONTEXT = 2
+
+
+def _around(text: str | None, start: int, end: int, lines: Sequence[str]) -> str:
+    """Lines ``start``..``end`` of ``text`` with :data:`CONTEXT` lines each side (where
+    nothing is, the lines around the place), or just ``lines`` without the text."""
+    if text is None:
+        return "\n".join(lines) or "(nothing here)"
+    rows = text.splitlines()
+    before = rows[max(0, start - 1 - CONTEXT):start - 1]
+    after = rows[max(end, start - 1):max(end, start - 1) + CONTEXT]
+    return "\n".join([*before, *lines, *after])
 
 
 def _fence(text: str) -> str:
@@ -437,7 +458,7 @@ def change_view(change: Change, regression: Regression | None = None,
     """What a prompt shows of ``change``; ``first`` are the files its diff leads with."""
     culprits = regression.files if regression is not None else ()
     diff = change.diff([*culprits, *first])
-    culprit = culprit_text(regression) if regression is not None and (
+    culprit = culprit_text(regression, change) if regression is not None and (
         regression.verdict == REGRESSION) else ""
     return ChangeView(change.base, diff, culprit, change.changed_tests,
                       len(diff) + len(culprit) + 200)
