@@ -29,8 +29,10 @@ from pytest_kernelfix.project import Project
 
 #: Changed runs separated by at most this many unchanged lines are one hunk.
 MERGE_GAP = 2
-#: What the prompt's diff of the change takes at most, in characters.
+#: What the prompt's diff of the change takes at most, in characters; once the culprit
+#: lines are known (they are shown beside the base's), less.
 DIFF_BUDGET = 3_000
+DIFF_BUDGET_FOUND = 1_500
 #: What the prompt's culprit lines (now and at the base) take at most, in characters.
 CULPRIT_BUDGET = 1_800
 #: Files the change adds to a bug's editable files at most (besides the culprit's).
@@ -456,10 +458,10 @@ class ChangeView:
 def change_view(change: Change, regression: Regression | None = None,
                 first: Sequence[str] = ()) -> ChangeView:
     """What a prompt shows of ``change``; ``first`` are the files its diff leads with."""
+    found = regression is not None and regression.verdict == REGRESSION
     culprits = regression.files if regression is not None else ()
-    diff = change.diff([*culprits, *first])
-    culprit = culprit_text(regression, change) if regression is not None and (
-        regression.verdict == REGRESSION) else ""
+    diff = change.diff([*culprits, *first], DIFF_BUDGET_FOUND if found else DIFF_BUDGET)
+    culprit = culprit_text(regression, change) if regression is not None and found else ""
     return ChangeView(change.base, diff, culprit, change.changed_tests,
                       len(diff) + len(culprit) + 200)
 
