@@ -76,8 +76,9 @@ OPTIONS: tuple[Option, ...] = (
            "prompts", "", metavar="DIR"),
     Option("kernelfix_save_prompts", "Keep each round's prompt and raw answer, redacted, in "
            "<report dir>/prompts, linked from the report (default: on)", True, "bool"),
-    Option("kernelfix_max_groups", "Heal at most this many bugs per session (default: 10)", 10,
-           "int", metavar="N"),
+    Option("kernelfix_max_groups", "Heal at most this many bugs of their own per session; a "
+           "bug an earlier bug's patch heals takes no place (default: 10)", 10, "int",
+           metavar="N"),
     Option("kernelfix_target", "GPU target of the compile gate in interpret mode: cuda:90, "
            f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
@@ -118,6 +119,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernelfix_max_tokens", "Stop asking the model once the session used this many "
            "tokens, prompt and completion; the remaining bugs are reported skipped (default: 0, "
            "no cap)", 0, "int", metavar="N"),
+    Option("kernelfix_redact_env", "Environment variables whose values are redacted "
+           "wherever they appear, comma-separated names or globs (STRIPE_*,DB_URL), besides "
+           "those whose name or value looks like a credential", "",
+           env="KERNELFIX_REDACT_ENV", metavar="NAMES"),
     Option("kernelfix_base", "What the failing tests are compared with: a git revision "
            "(REF), auto (a pull request's merge base in CI, else the last run in which the "
            "test passed, else the uncommitted changes against HEAD) or none (default: auto)",
@@ -283,6 +288,7 @@ class Settings:
     max_tokens: int = 0
     verify: str = "staged"
     save_prompts: bool = True
+    redact_env: tuple[str, ...] = ()
     base: str = "auto"
 
     @property
@@ -333,6 +339,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
         save_prompts=bool(value("kernelfix_save_prompts")),
+        redact_env=tuple(value("kernelfix_redact_env").replace(",", " ").split()),
         base=value("kernelfix_base") or "auto",
     )
 

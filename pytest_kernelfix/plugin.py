@@ -108,6 +108,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not settings.heal or _in_rerun():
         return
     device = _device(config, settings.device)
+    from pytest_kernelfix import redact
+
+    redact.listed(settings.redact_env)
     if not hasattr(config, "workerinput"):  # once per session, before any test runs
         from pytest_kernelfix.session import preflight
 
@@ -140,6 +143,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if controller_key in config.stash or capture_key in config.stash:
+        from pytest_kernelfix import redact
+
+        redact.listed(())
     junit = config.stash.get(junit_key, None)
     if junit is not None:
         config.pluginmanager.unregister(junit)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -109,6 +110,17 @@ class Project:
             return ""
         return rel
 
+    def undecodable(self, path: str) -> str:
+        """Why ``path``, a project source a fix could otherwise edit, is refused for its
+        encoding (``"kernels/k.py is encoded as latin-1 ..."``), else ""."""
+        if not path or not os.path.isfile(path) or not self.is_source(path):
+            return ""
+        rel = self.relative(path)
+        if not self.in_paths(rel):
+            return ""
+        problem = encoding_problem(path)
+        return f"{rel} {problem}" if problem else ""
+
     def editable_files(self, candidates: Iterable[str], *, exclude: Iterable[str] = ()) -> (
         tuple[str, ...]
     ):
@@ -143,6 +155,33 @@ class Project:
         from pytest_kernelfix.engine.files import resolve_file
 
         return resolve_file(name, editable)
+
+
+#: PEP 263: a coding declaration on one of a source's first two lines.
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def encoding_problem(path: str | os.PathLike[str]) -> str:
+    """Why a file cannot be read as UTF-8, naming its declared encoding when it has one
+    (``is encoded as latin-1 (its coding declaration), not UTF-8 ...``); "" when it can,
+    or when it cannot be read at all."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return ""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        where = f"byte 0x{data[error.start]:02x} at offset {error.start}"
+        declared = next((match.group(1).decode("ascii", "replace")
+                         for line in data.splitlines()[:2]
+                         if (match := _CODING.match(line))), "")
+        what = (f"is encoded as {declared} (its coding declaration), not UTF-8"
+                if declared and declared.lower().replace("_", "-") not in ("utf-8", "utf8")
+                else "is not valid UTF-8")
+        return (f"{what} ({where}): pytest-kernelfix reads and edits UTF-8 sources only; "
+                "re-encode it as UTF-8 to heal it")
+    return ""
 
 
 def is_plain_source(path: str, root: Path) -> bool:

@@ -218,3 +218,27 @@ def test_unified_diff_hunks_become_search_replace_pairs() -> None:
 def test_a_diff_hunk_without_context_cannot_be_located() -> None:
     with pytest.raises(ParseError, match="No edits were found"):
         parse_modifications("--- a/k.py\n+++ b/k.py\n@@ -0,0 +1 @@\n+x = 1\n")
+
+
+DEEP = 1000
+
+
+@pytest.mark.parametrize("answer", [
+    "[" * DEEP + "]" * DEEP,
+    "```json\n" + "[" * DEEP + "]" * DEEP + "\n```",
+    '{"modifications": ' + "[" * DEEP + "]" * DEEP + "}",
+    "Here: " + '[{"old_string": ' * DEEP + '"a"' + "}]" * DEEP,
+    '{"old_string": "a", "new_string": "b", "reason": ' + "[" * (DEEP - 10) + "]" * (DEEP - 10)
+    + "}",
+])
+def test_an_answer_nested_too_deep_is_a_parse_error_not_a_crash(answer: str) -> None:
+    """A JSON decoder meets its recursion limit at about 1,000 levels: the answer is
+    malformed, to be fed back, never a RecursionError that ends the bug."""
+    with pytest.raises(ParseError):
+        parse_modifications(answer)
+
+
+def test_a_readable_block_after_one_nested_too_deep_is_still_read() -> None:
+    answer = ("```\n" + "[" * DEEP + "]" * DEEP + "\n```\n<<<<<<< SEARCH\n" + OLD
+              + "=======\n" + NEW + ">>>>>>> REPLACE\n")
+    assert parse_modifications(answer).modifications == (Modification(OLD, NEW),)

@@ -419,3 +419,16 @@ def test_a_first_answer_asked_for_already_is_not_asked_again() -> None:
     result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3,
                   first=first)
     assert result.status == HEALED and fixer.requests == []
+
+
+def test_an_answer_nested_too_deep_is_fed_back_as_unreadable() -> None:
+    from pytest_kernelfix.fixers.answer import read_answer
+
+    deep = read_answer('{"modifications": ' + "[" * 1000 + "]" * 1000 + "}",
+                       usage=Usage(calls=1), source="scripted")
+    fixer = Scripted(deep, edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, _ = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == HEALED and result.usage.calls == 2  # both answers were paid for
+    assert result.rounds[0].outcome.startswith("answer could not be read")
+    assert "could not be read" in fixer.requests[1].feedback

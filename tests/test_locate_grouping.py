@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rerun_helpers import write_files
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame, describe_exception
 from pytest_kernelfix.capture.launches import KernelLaunch
@@ -271,3 +272,134 @@ def test_a_compilation_error_is_headed_by_the_compilers_own_words() -> None:
     assert info.headline == ("CompilationError: AttributeError(\"module 'triton.language' has "
                              "no attribute 'tanh'\")")
     assert "at 2:8:" in info.message and "y = tl.tanh(x)" in info.message
+
+
+# -- one root cause, one bug -----------------------------------------------------------
+
+HELPER = "import triton\n\n\n@triton.jit\ndef scaled(x, factor):\n    return x * factor\n"
+KERNEL_USING_HELPER = (
+    "import triton\nfrom lib.common import scaled\n\n\n@triton.jit\ndef {name}(x, factor):\n"
+    "    return scaled(x, factor)\n\n\ndef run_{name}(x):\n    {name}[(1,)](x, 2.0)\n")
+
+
+@pytest.fixture
+def shared_helper(tmp_path: Path) -> Path:
+    """Three kernels in three modules, each calling the jit helper of lib/common.py; the
+    test module checks their values."""
+    files = {"lib/__init__.py": "", "lib/common.py": HELPER,
+             "tests/test_k.py": "def test_k():\n    pass\n"}
+    files.update({f"lib/{name}.py": KERNEL_USING_HELPER.format(name=name)
+                  for name in ("k0", "k1", "k2")})
+    return write_files(tmp_path, files)
+
+
+def kernel_failure(root: Path, name: str, *, raised: bool, nodeid: str = "",
+                   message: str = "Tensor-likes are not close!") -> Failure:
+    """A test of kernel ``name`` (lib/<name>.py): its check failed (``raised`` False),
+    or the shared helper raised while the kernel ran."""
+    test = str(root / "tests" / "test_k.py")
+    kernel = str(root / "lib" / f"{name}.py")
+    frames = [Frame(test, 2, "test_k", "check()")]
+    if raised:
+        frames += [Frame(kernel, 7, name, "return scaled(x, factor)"),
+                   Frame(str(root / "lib" / "common.py"), 6, "scaled", "return x * factor")]
+    launch = KernelLaunch(name, kernel, 6, sites=((kernel, 11, f"run_{name}"),))
+    return Failure(nodeid or f"tests/test_k.py::test_k[{name}]", test,
+                   ErrorInfo("AttributeError" if raised else "AssertionError", message,
+                             tuple(frames)), "log", (launch,))
+
+
+def test_kernels_failing_in_one_shared_helper_are_one_bug(shared_helper: Path) -> None:
+    """The error was raised in the helper: one bug, whichever kernel reached it, named
+    the same whatever order the failures arrived in, the helper's file first."""
+    project = Project(shared_helper)
+    bugs = [kernel_failure(shared_helper, name, raised=True, message="no attribute 'mul'")
+            for name in ("k2", "k0", "k1")]
+    (group,) = group_failures(bugs, project)
+    assert len(group.failures) == 3
+    assert group.editable[0] == "lib/common.py"
+    assert set(group.editable) == {"lib/common.py", "lib/k0.py", "lib/k1.py", "lib/k2.py"}
+    assert group.first.nodeid == "tests/test_k.py::test_k[k0]"  # the smallest file set leads
+    (again,) = group_failures(list(reversed(bugs)), project)
+    assert again.id == group.id
+    other = kernel_failure(shared_helper, "k0", raised=True, message="another error",
+                           nodeid="t::other")
+    assert len(group_failures([*bugs, other], project)) == 2  # another error, another bug
+
+
+def test_wrong_values_from_kernels_sharing_a_helper_no_passing_test_reaches(
+        shared_helper: Path) -> None:
+    """No frame names the fault: the kernels' shared jit helper does, unless a passing
+    test's kernel reaches it (then the helper works, and each kernel is its own bug)."""
+    project = Project(shared_helper)
+    bugs = [kernel_failure(shared_helper, name, raised=False) for name in ("k0", "k1", "k2")]
+    (group,) = group_failures(bugs, project)
+    assert group.editable[0] == "lib/common.py"
+    assert {"lib/k0.py", "lib/k1.py", "lib/k2.py"} <= set(group.editable)
+    (shared_helper / "lib" / "k3.py").write_text(KERNEL_USING_HELPER.format(name="k3"))
+    passing = PassedTest("t::k3", (KernelLaunch("k3", str(shared_helper / "lib" / "k3.py"), 6),))
+    assert len(group_failures(bugs, project, passed=[passing])) == 3
+
+
+def test_one_kernel_reached_through_two_wrappers_is_one_bug(tmp_path: Path) -> None:
+    files = {
+        "kernels/k.py": "import triton\n\n\n@triton.jit\ndef k(x):\n    pass\n",
+        "ops/wrap_a.py": "from kernels.k import k\n\n\ndef a(x):\n    k[(1,)](x)\n",
+        "ops/wrap_b.py": "from kernels.k import k\n\n\ndef b(x):\n    k[(1,)](x)\n",
+        "tests/test_ops.py": "def test_a():\n    pass\n",
+    }
+    write_files(tmp_path, files)
+    kernel, test = str(tmp_path / "kernels" / "k.py"), str(tmp_path / "tests" / "test_ops.py")
+    bugs = [Failure(f"tests/test_ops.py::test_{name}", test,
+                    ErrorInfo("AssertionError", "Tensor-likes are not close!",
+                              (Frame(test, 2, f"test_{name}"),)), "log",
+                    (KernelLaunch("k", kernel, 5,
+                                  sites=((str(tmp_path / f"ops/wrap_{name}.py"), 5, name),)),))
+            for name in ("a", "b")]
+    (group,) = group_failures(bugs, Project(tmp_path))
+    assert group.nodeids == ("tests/test_ops.py::test_a", "tests/test_ops.py::test_b")
+    assert group.editable[0] == "kernels/k.py"
+    assert {"ops/wrap_a.py", "ops/wrap_b.py"} <= set(group.editable)
+
+
+def test_a_kernel_file_in_another_encoding_is_named_with_its_encoding(project: Path) -> None:
+    (project / "kernels" / "gelu.py").write_bytes(
+        b"# -*- coding: latin-1 -*-\n# caf\xe9\ndef gelu_kernel():\n    y = tl.tanh(x)\n")
+    frames = [Frame(str(project / "tests" / "test_gelu.py"), 2, "test_gelu", "gelu()"),
+              Frame(str(project / "kernels" / "gelu.py"), 4, "gelu_kernel", "y = tl.tanh(x)")]
+    (group,) = group_failures([failure(project, "t::a", "boom", frames=frames)],
+                              Project(project))
+    assert group.editable == ()
+    (why,) = group.unreadable
+    assert why.startswith("kernels/gelu.py is encoded as latin-1 (its coding declaration), "
+                          "not UTF-8 (byte 0xe9 at offset 31)")
+
+
+def test_wrong_values_from_launches_one_helper_sizes_are_one_bug(tmp_path: Path) -> None:
+    """Two kernels in two modules, each launched by its own wrapper with the block size a
+    shared Python helper computes: the helper is the shared suspect (the wrappers are
+    each kernel's own), unless a passing test's launch goes through it."""
+    files = {"lib/__init__.py": "", "lib/utils.py": "def block(n):\n    return n\n",
+             "tests/test_k.py": "def test_k():\n    pass\n"}
+    for name in ("ka", "kb", "kc"):
+        files[f"lib/{name}.py"] = (
+            f"import triton\nfrom lib.utils import block\n\n\n@triton.jit\ndef {name}(x):\n"
+            f"    pass\n\n\ndef run_{name}(x):\n    b = block(4)\n    {name}[(b,)](x)\n")
+    write_files(tmp_path, files)
+    test = str(tmp_path / "tests" / "test_k.py")
+
+    def launch(name: str) -> KernelLaunch:
+        module = str(tmp_path / "lib" / f"{name}.py")
+        return KernelLaunch(name, module, 6, sites=((module, 12, f"run_{name}"),
+                                                    (test, 2, "test_k")))
+
+    bugs = [Failure(f"tests/test_k.py::test_{name}", test,
+                    ErrorInfo("AssertionError", "Tensor-likes are not close!",
+                              (Frame(test, 2, "test_k"),)), "log", (launch(name),))
+            for name in ("ka", "kb")]
+    project = Project(tmp_path)
+    (group,) = group_failures(bugs, project)
+    assert group.editable[0] == "lib/utils.py"
+    assert {"lib/ka.py", "lib/kb.py"} <= set(group.editable)
+    passing = PassedTest("tests/test_k.py::test_kc", (launch("kc"),))
+    assert len(group_failures(bugs, project, passed=[passing])) == 2

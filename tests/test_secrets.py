@@ -1,8 +1,10 @@
 """Secrets never reach a prompt, a cassette, a report or the plugin's terminal lines.
 
-Two kinds are redacted: values of environment variables whose names hold KEY, TOKEN,
-SECRET or PASSWORD, and well-known key shapes (``sk-...``, ``ghp_...``, ``AKIA...``),
-wherever they appear: tracebacks, sources, feedback, model answers, reasons.
+Three kinds are redacted: values of environment variables whose names hold KEY, TOKEN,
+SECRET or PASSWORD or that ``kernelfix_redact_env`` lists, values shaped like a random
+key whatever their variable is called (``STRIPE_LIVE=rk_live_...``), and well-known key
+shapes (``sk-...``, ``ghp_...``, ``AKIA...``), wherever they appear: tracebacks, sources,
+feedback, model answers, reasons.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pytest_kernelfix.fixers.replay import RecordingFixer, load_cassette
 from pytest_kernelfix.heal.outcomes import HEALED, HealResult, RoundRecord
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 from pytest_kernelfix.locate.grouping import BugGroup
-from pytest_kernelfix.redact import MARKER, redact, secret_values
+from pytest_kernelfix.redact import MARKER, listed, redact, secret_values
 from pytest_kernelfix.report.artifacts import (
     BugReport,
     SessionReport,
@@ -36,23 +38,54 @@ ENV = {
     "MY_SERVICE_TOKEN": "tok9d8c7b6a5f4e3d2c1b0a",
     "DB_PASSWORD": "correct-horse-battery",
     "HF_SECRET_VALUE": "s3cr3t-v4lu3-0042",
+    "STRIPE_LIVE": "rk_live_51HxYzAbCdEfGhIjKlMnOpQr7x9",  # no rule for its name: its shape
 }
+#: Redacted because ``kernelfix_redact_env`` lists it (``DEPLOY_*``): neither its name
+#: nor its value says so.
+LISTED = {"DEPLOY_HOOK": "hook-a1b2"}
 SHAPES = {
     "openai": "sk-proj-AbCdEfGhIjKlMnOpQrStUv123456",
     "github": "ghp_0123456789abcdefghijABCDEFGHIJ0123",
     "aws": "AKIAIOSFODNN7EXAMPLE",
 }
-SECRETS = [*ENV.values(), *SHAPES.values()]
+SECRETS = [*ENV.values(), *SHAPES.values(), *LISTED.values()]
 
 
-def test_secret_names_and_key_shapes_are_redacted() -> None:
-    environ = {**ENV, "PATH": "/usr/bin", "KEY_COUNT": "3", "TOKEN_FILE": "/run/token"}
+#: Long values that are not credentials: paths, URLs, model strings, versions, words.
+NOT_SECRETS = {
+    "VIRTUAL_ENV": "/home/ci/work/project/.venv-3.11-abcdef0123456789",
+    "KERNELFIX_MODEL": "hosted_vllm/Qwen2.5-Coder-32B-Instruct",
+    "OTHER_MODEL": "meta-llama/Llama-3.1-8B-Instruct",
+    "PIP_INDEX_URL": "https://user@pypi.example.org/simple/a1b2c3d4e5f6a7b8c9d0",
+    "GITHUB_REF": "refs/pull/12345/merge",
+    "IMAGE": "ubuntu-22.04-x64-20240101",
+    "RUNNER_ID": "550e8400-e29b-41d4-a716-446655440000",
+    "LS_COLORS": "rs=0:di=01;34:ln=01;36:mh=00:pi=40;33:so=01;35:do=01;35",
+    "FILLER": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1",
+}
+
+
+def test_secret_names_values_and_key_shapes_are_redacted() -> None:
+    environ = {**ENV, **NOT_SECRETS, "PATH": "/usr/bin", "KEY_COUNT": "3",
+               "TOKEN_FILE": "/run/token", **LISTED}
     assert set(secret_values(environ)) == set(ENV.values())  # settings and paths stay
     text = "\n".join(f"{name}={value}" for name, value in {**ENV, **SHAPES}.items())
     cleaned = redact(text, environ)
-    assert all(secret not in cleaned for secret in SECRETS)
-    assert cleaned.count(MARKER) == len(SECRETS)
+    assert all(secret not in cleaned for secret in [*ENV.values(), *SHAPES.values()])
+    assert cleaned.count(MARKER) == len(ENV) + len(SHAPES)
     assert redact("PATH=/usr/bin", environ) == "PATH=/usr/bin"
+    kept = " ".join(NOT_SECRETS.values())
+    assert redact(kept, environ) == kept
+
+
+def test_listed_variables_are_redacted_whatever_their_value() -> None:
+    environ = {**LISTED, "DEPLOY_REGION": "eu1", "KERNELFIX_MODEL": "m"}
+    listed(["DEPLOY_*", "KERNELFIX_MODEL"])
+    try:
+        assert redact("hook-a1b2 to eu1 with m", environ) == f"{MARKER} to eu1 with m"
+    finally:  # three characters or fewer would blank out words: kept
+        listed(())
+    assert redact("hook-a1b2", environ) == "hook-a1b2"
 
 
 def test_recorded_cassettes_hold_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -120,7 +153,8 @@ from kernels.k1 import k1
 @pytest.mark.kernel
 def test_k1() -> None:
     x = torch.arange(300, dtype=torch.float32)
-    secrets = f"token {os.environ['MY_SERVICE_TOKEN']}, password {os.environ['DB_PASSWORD']}"
+    secrets = (f"token {os.environ['MY_SERVICE_TOKEN']}, password {os.environ['DB_PASSWORD']}, "
+               f"stripe {os.environ['STRIPE_LIVE']}, hook {os.environ['DEPLOY_HOOK']}")
     torch.testing.assert_close(k1(x, 2.0), x * 2.0, msg=lambda m: f"{m} ({secrets})")
 """
 
@@ -128,7 +162,7 @@ def test_k1() -> None:
 def test_no_secret_leaves_a_session(
     pytester: pytest.Pytester, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in ENV.items():
+    for name, value in {**ENV, **LISTED, "KERNELFIX_REDACT_ENV": "DEPLOY_*"}.items():
         monkeypatch.setenv(name, value)
     root = write_project(pytester.path, "k1")
     kernel = root / "kernels" / "k1.py"
@@ -163,6 +197,7 @@ def test_no_secret_leaves_a_session(
         "report.json": (root / ".kernelfix" / "report.json").read_text(),
         "report.md": (root / ".kernelfix" / "report.md").read_text(),
         "patch": (root / ".kernelfix" / bug["patch"]).read_text(),
+        "suggestions": (root / ".kernelfix" / "suggestions.rdjson").read_text(),
         "terminal": plugin_lines + section,
     }
     prompt_files = sorted((root / ".kernelfix" / "prompts").glob("*/round-*.md"))

@@ -30,6 +30,7 @@ from pytest_kernelfix.report.publish import ReportFiles, publish
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
+from pytest_kernelfix.session.interrupt import Cancel
 from pytest_kernelfix.session.pipeline import SessionInputs, Stages, run_healing
 
 BUG, FIX = "    y = x + factor\n", "    y = x * factor\n"
@@ -517,3 +518,131 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
             if line.startswith("failing tests and regression: ")] == [
         "failing tests and regression: running 2 test(s)",
         "failing tests and regression: 2 passed"]
+
+
+# -- one root cause, one bug: the limit and re-verification ---------------------------------
+
+
+def test_bugs_an_earlier_patch_heals_do_not_count_toward_the_limit(root: Path) -> None:
+    """Two bugs of one file (one root cause, two error types) and a third of another
+    file, with room for one bug: the first heals, its patch heals the second without a
+    place of its own, and the third is over the limit."""
+    (root / "kernels" / "other.py").write_text(KERNEL.replace("scale_", "other_"))
+    test = str(root / "tests" / "test_scale.py")
+    third = Failure("tests/test_scale.py::test_other", test,
+                    ErrorInfo("AssertionError", "Mismatched elements: 1 / 8",
+                              (Frame(test, 9, "test_other", "assert_close(...)"),)), "longrepr",
+                    (KernelLaunch("other_kernel", str(root / "kernels" / "other.py"), 1),))
+    runner = FakeRunner()
+    session = replace(inputs(root, max_groups=1), failures=(*two_error_types(root), third))
+    first, second, over = heal_session(session, Stages(fixer=Answers(fix()),
+                                                       runner=runner)).bugs
+    assert first.result.status == second.result.status == "healed"
+    assert second.result.healed_by == first.group.id
+    assert (over.result.status, over.result.reason) == (
+        "skipped", "over the limit of 1 bugs per session (--kernelfix-max-groups)")
+    # the second bug reruns its own test, not the regression test the first patch passed
+    mine = [spec.nodeids for spec in runner.specs
+            if "tests/test_scale.py::test_allclose" in spec.nodeids]
+    assert mine and all(REGRESSION not in nodeids for nodeids in mine)
+    assert any(REGRESSION in spec.nodeids for spec in runner.specs)  # the first bug's
+    (record,) = second.result.rounds
+    assert (f"1 regression test(s) this patch was already verified passing on (for "
+            f"{first.group.id}) were not rerun") in record.notes
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_encoding(root: Path) -> None:
+    (root / "kernels" / "ops.py").write_bytes(
+        b"# -*- coding: latin-1 -*-\n# \xe9\n" + KERNEL.encode())
+    runner = FakeRunner()
+    (bug,) = heal_session(inputs(root), Stages(fixer=Answers(), runner=runner)).bugs
+    assert bug.result.status == "skipped"
+    assert bug.result.reason.startswith(
+        "cannot heal: kernels/ops.py is encoded as latin-1 (its coding declaration), not UTF-8")
+    assert runner.specs == []
+
+
+# -- interrupted sessions: what was finished is kept -----------------------------------------
+
+
+class InterruptingRunner(FakeRunner):
+    """Judges kernels/a.py and b.py; Ctrl-C arrives while b's fix is verified."""
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        self.specs.append(spec)
+        letter = letter_of(spec.nodeids[0])
+        fixed = FIX in (spec.sandbox_root / "kernels" / f"{letter}.py").read_text()
+        if letter == "b" and fixed:
+            raise KeyboardInterrupt
+        return RerunResult(tuple(TestOutcome(n, "passed" if fixed else "failed", "call",
+                                             launch_count=1) for n in spec.nodeids),
+                           returncode=0 if fixed else 1)
+
+
+def paid_fix(letter: str) -> Proposal:
+    return Proposal((Modification(BUG, FIX, file=f"kernels/{letter}.py"),), source="scripted",
+                    usage=Usage(calls=1, prompt_tokens=100, completion_tokens=20, cost=0.01))
+
+
+def test_an_interrupt_keeps_the_healed_bugs_and_the_calls_spent(root: Path) -> None:
+    """Ctrl-C while the second bug's answer is verified: the first keeps its patch (and,
+    in apply mode, is written), the second's paid round is reported, nothing of it is
+    written, and the report says it was interrupted."""
+    two = many_bugs(root)[:2]
+    session = replace(inputs(root, apply=True), failures=two, passed=())
+    report = heal_session(session, Stages(fixer=Answers(paid_fix("a"), paid_fix("b")),
+                                          runner=InterruptingRunner()))
+    healed, stopped = report.bugs
+    assert report.interrupted
+    assert healed.result.status == "healed" and healed.applied == ("kernels/a.py",)
+    assert (root / ".kernelfix" / healed.patch_file).is_file()
+    assert FIX in (root / "kernels" / "a.py").read_text()
+    assert (root / "kernels" / "b.py").read_text() == KERNEL.replace("scale_", "b_")
+    assert stopped.result.status == "unhealed" and not stopped.applied
+    assert stopped.result.reason == "interrupted in round 1: nothing more was tried (Ctrl-C)"
+    (record,) = stopped.result.rounds
+    assert record.outcome == "interrupted while its answer was being tried"
+    assert report.usage.calls == 2 and report.usage.cost == pytest.approx(0.02)
+    data = json.loads((root / ".kernelfix" / "report.json").read_text())
+    assert data["interrupted"] is True and data["schema_version"] == 3
+    assert data["totals"]["calls"] == 2
+    assert data["notes"][-1] == ("the session was interrupted (Ctrl-C): 1 bug(s) healed "
+                                 "before it keep their patches; 1 bug(s) were stopped or not "
+                                 "started")
+    assert "**Interrupted**" in (root / ".kernelfix" / "report.md").read_text()
+
+
+def test_an_interrupt_before_healing_reports_every_bug_not_started(root: Path) -> None:
+    """The test run itself was interrupted: no rerun, no call, a report that says so."""
+    cancel = Cancel()
+    cancel.set("SIGTERM")
+    runner, fixer = FakeRunner(), Answers()
+    report = heal_session(inputs(root), Stages(fixer=fixer, runner=runner, cancel=cancel))
+    (bug,) = report.bugs
+    assert report.interrupted and runner.specs == [] and fixer.requests == []
+    assert bug.result.reason == ("not healed: the session was interrupted (SIGTERM) before "
+                                 "its turn")
+
+
+def test_parallel_workers_stop_at_their_next_step_once_the_session_is_cancelled(
+        root: Path) -> None:
+    """Healing runs in worker threads, the interrupt lands elsewhere: each worker stops
+    at its next rerun or question, the bugs not started are reported so."""
+    cancel = Cancel()
+
+    class Cancelling(PerBugAnswers):
+        def propose(self, request: ProposalRequest) -> Proposal:
+            if letter_of(request.context.nodeids[0]) == "b":
+                cancel.set("SIGTERM")  # the main thread caught a SIGTERM
+            return super().propose(request)
+
+    session = replace(inputs(root, workers=2), failures=many_bugs(root), passed=())
+    report = heal_session(session, Stages(fixer=Cancelling(), runner=ParallelRunner(False),
+                                          cancel=cancel))
+    assert report.interrupted
+    bugs = {letter_of(bug.group.nodeids[0]): bug.result for bug in report.bugs}
+    assert bugs["b"].reason == "interrupted in round 1: nothing more was tried (SIGTERM)"
+    assert bugs["d"].reason == ("not healed: the session was interrupted (SIGTERM) before "
+                                "its turn")
+    assert all("(SIGTERM)" in result.reason for result in bugs.values()
+               if result.status != "healed")

@@ -82,7 +82,25 @@ _MAX_JSON_TRIES = 200
 
 
 def parse_modifications(text: str) -> ParsedResponse:
-    """Read the edits out of a model answer, whatever supported dialect it used."""
+    """Read the edits out of a model answer, whatever supported dialect it used.
+
+    Raises :class:`ParseError` and nothing else: an answer is untrusted input, and one
+    that breaks the reader (nested too deep for the JSON decoder, say) is a malformed
+    answer to feed back, not a crash.
+    """
+    try:
+        return _parse(text)
+    except ParseError:
+        raise
+    except (RecursionError, MemoryError) as exc:
+        raise ParseError(f"The answer could not be read: it is nested too deeply or too "
+                         f"large ({type(exc).__name__}). {FORMAT_HINT}") from None
+    except Exception as exc:  # a reader's own bug must not end the bug being healed
+        raise ParseError(f"The answer could not be read ({type(exc).__name__}). "
+                         f"{FORMAT_HINT}") from None
+
+
+def _parse(text: str) -> ParsedResponse:
     if not text or not text.strip():
         raise ParseError(f"The answer was empty. {FORMAT_HINT}")
     json_problem = ""
@@ -126,6 +144,11 @@ def _parse_json(text: str) -> ParsedResponse | None:
             continue
         try:
             value = _decode_lenient(decoder, stripped)
+        except RecursionError:
+            if lang.lower() == "json" and not fenced_error:
+                fenced_error = (f"The ```json block is nested too deeply to read. "
+                                f"{FORMAT_HINT}")
+            continue
         except json.JSONDecodeError as exc:
             if lang.lower() == "json" and not fenced_error:
                 fenced_error = (
@@ -173,9 +196,10 @@ def _bare_json_values(decoder: json.JSONDecoder, text: str) -> Iterator[Any]:
         if tries > _MAX_JSON_TRIES:
             return
         try:
-            yield decoder.raw_decode(text, start)[0]
-        except json.JSONDecodeError:
+            value = decoder.raw_decode(text, start)[0]
+        except (json.JSONDecodeError, RecursionError):
             continue
+        yield value
 
 
 def _plausible_json_start(text: str, start: int) -> bool:

@@ -50,6 +50,7 @@ from pytest_kernelfix.heal.outcomes import (
     Candidate,
     Exchange,
     Guard,
+    HealInterrupted,
     HealResult,
     Phase,
     RoundRecord,
@@ -136,6 +137,20 @@ def heal(
         return finish(MASKED, f"{reason}; the only candidate that made the tests pass masks "
                               f"the kernel's output ({masked[1]}): kept for review", masked[0])
 
+    def interrupted(stop: KeyboardInterrupt, number: int, answered: Proposal | None
+                    ) -> HealInterrupted:
+        """A Ctrl-C or SIGTERM while the fixer or the verifier worked: the rounds played,
+        and an answer being tried, are kept with what they cost."""
+        if isinstance(stop, HealInterrupted):
+            return stop
+        if answered is not None:
+            records.append(RoundRecord(number, answered.source, (),
+                                       "interrupted while its answer was being tried",
+                                       answered.usage, redact(answered.raw[:_RAW_KEEP]),
+                                       exchange=Exchange.of(answered)))
+        return HealInterrupted(finish(UNHEALED, f"interrupted in round {number}: nothing more "
+                                                "was tried"), *stop.args[:1])
+
     for number in range(1, rounds + 1):
         request = ProposalRequest(
             context=context,
@@ -154,6 +169,8 @@ def heal(
             records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
                                        exchange=Exchange.failed(error)))
             return give_up(f"round {number}: {why}")
+        except KeyboardInterrupt as stop:
+            raise interrupted(stop, number, None) from None
         usage = usage + proposal.usage
         if number == 1:
             first_prompt = proposal.usage.prompt_chars
@@ -178,8 +195,11 @@ def heal(
             if on_round is not None:
                 on_round(records[-1])
             return finish(DECLINED, f"the model says this is not a kernel bug: {reason}")
-        outcome, feedback, accepted = _play_round(proposal, current, originals, tried, verify,
-                                                  guard, tidy)
+        try:
+            outcome, feedback, accepted = _play_round(proposal, current, originals, tried,
+                                                      verify, guard, tidy)
+        except KeyboardInterrupt as stop:
+            raise interrupted(stop, number, proposal) from None
         if proposal.need and resolve_need is not None:
             answer = resolve_need(proposal.need, current, context.focus)
             context = _with_need(context, answer)

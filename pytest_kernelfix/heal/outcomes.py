@@ -167,10 +167,12 @@ class HealResult:
     ``path:definition`` for each definition of a focused view). ``healed_by`` names the
     bug whose patch already heals this one (no patch of its own); ``triage`` the steps
     run before round 1; ``seconds`` covers them too. A :data:`MASKED` bug keeps the
-    masking candidate in ``final`` for review. ``regression`` is what reverting parts of
-    the change since the base did to the failing test (None: no base, or nothing to
-    revert); ``revert`` says the winning patch only puts back lines of that change;
-    ``editable`` are the files a fix could edit when the change widened the bug's own.
+    masking candidate in ``final`` for review. ``verified``: the tests a healed bug's
+    candidate was verified passing on (a later bug its patch heals reruns only the
+    others). ``regression`` is what reverting parts of the change since the base did to
+    the failing test (None: no base, or nothing to revert); ``revert`` says the winning
+    patch only puts back lines of that change; ``editable`` are the files a fix could
+    edit when the change widened the bug's own.
     """
 
     group_id: str
@@ -185,6 +187,7 @@ class HealResult:
     shown: tuple[str, ...] = ()
     healed_by: str = ""
     triage: tuple[Phase, ...] = ()
+    verified: tuple[str, ...] = ()
     regression: Regression | None = None
     revert: bool = False
     editable: tuple[str, ...] = ()
@@ -196,6 +199,16 @@ class HealResult:
     @property
     def patch(self) -> str:
         return cumulative_diff(self.original, self.final)
+
+
+class HealInterrupted(KeyboardInterrupt):
+    """The round loop was stopped by a Ctrl-C or SIGTERM: ``result`` is what the bug got
+    so far (the rounds played, what they cost), so that the report keeps it. A
+    ``KeyboardInterrupt``: every ``except Exception`` lets it through."""
+
+    def __init__(self, result: HealResult, why: str = "") -> None:
+        super().__init__(*((why,) if why else ()))
+        self.result = result
 
 
 @dataclass(frozen=True)

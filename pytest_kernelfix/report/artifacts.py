@@ -45,7 +45,7 @@ from pytest_kernelfix.report.unselected import (
 )
 from pytest_kernelfix.rerun.launcher import RerunStats
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
 #: How much of an error line patches, reports and CI annotations show.
 HEADLINE_CHARS = 300
@@ -93,6 +93,8 @@ class SessionReport:
     #: Failing tests ``select`` (``kernelfix_select``) left out, with the reason.
     unselected: tuple[Unselected, ...] = ()
     select: tuple[str, ...] = ("kernel",)
+    #: A Ctrl-C or SIGTERM stopped the session early (a note says which, and what it left).
+    interrupted: bool = False
 
     @property
     def usage(self) -> Usage:
@@ -304,6 +306,7 @@ def session_json(report: SessionReport) -> dict[str, Any]:
         "device": report.device,
         "model": report.model,
         "seconds": round(report.seconds, 3),
+        "interrupted": report.interrupted,
         "totals": {
             "bugs": len(report.bugs),
             **{status: report.count(status) for status in STATUSES},
@@ -368,6 +371,8 @@ def session_markdown(report: SessionReport) -> str:
     lines = [
         "# kernelfix report",
         "",
+        *(["**Interrupted**: the session was stopped before it finished; what was healed "
+           "before is below.", ""] if report.interrupted else []),
         f"{len(report.bugs)} bug(s): {counts(report)}. "
         f"{usage.calls} model call(s), {usage.tokens} tokens, ${usage.cost:.4f}"
         + (f", {usage.cache_hits} answer(s) from the cache (free)" if usage.cache_hits else "")

@@ -60,6 +60,8 @@ from pytest_kernelfix.rerun.split import (
 OUTPUT_TAIL = 8 * 1024
 #: Seconds between two calls of a rerun's progress callback (none for a shorter rerun).
 PROGRESS_EVERY = 10.0
+#: Seconds between two looks at a rerun's cancel event.
+CANCEL_POLL = 0.1
 
 #: Called while a rerun runs: (tests finished, tests in the rerun, seconds since it began).
 RerunProgress = Callable[[int, int, float], None]
@@ -100,7 +102,9 @@ class RerunSpec:
     (:class:`~pytest_kernelfix.rerun.plan.ProbePlan`). ``stop_early`` ends the run at the
     first test that fails (``--exitfirst``; with several children, the others are
     stopped): the tests not finished by then get no outcome. ``progress`` is called every
-    :data:`PROGRESS_EVERY` seconds while the rerun runs, from the caller's thread.
+    :data:`PROGRESS_EVERY` seconds while the rerun runs, from the caller's thread. Once
+    ``cancel`` is set (the session was interrupted) the children are stopped, as at a
+    ``stop_early`` stop; the caller knows its result is of no use.
     """
 
     setup: RerunSetup
@@ -109,6 +113,7 @@ class RerunSpec:
     probe: ProbePlan = field(default_factory=ProbePlan)
     stop_early: bool = False
     progress: RerunProgress | None = field(default=None, compare=False)
+    cancel: threading.Event | None = field(default=None, compare=False)
 
     @property
     def original_root(self) -> Path:
@@ -191,7 +196,8 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable,
     ``pool``'s warm server where the setup allows it (without a pool, or where forking
     is refused, a fresh subprocess), each under its own timeout; their results come back
     as one, in test order (:func:`~pytest_kernelfix.rerun.split.merge_parts`). With
-    ``stop_early`` the first child whose test fails stops the others.
+    ``stop_early`` the first child whose test fails stops the others; a set
+    ``spec.cancel`` stops them all.
     """
     done: queue.SimpleQueue[_Child] = queue.SimpleQueue()
     children: list[_Child] = []
@@ -205,8 +211,7 @@ def run_tests(spec: RerunSpec, *, python: str = sys.executable,
             child.start(python, pool)
         _follow(spec, children, done, started)
     finally:
-        for child in children:
-            child.close()
+        _close(children)
     parts = [Part(child.spec.nodeids, child.result, child.stopped)
              for child in children if child.result is not None]
     return merge_parts(parts, seconds=time.monotonic() - started, output_budget=OUTPUT_TAIL)
@@ -242,11 +247,27 @@ class _Child:
             self.done.put(self)
 
     def close(self) -> None:
-        """Stop the child if it still runs, wait for its thread, remove its directory."""
+        """Stop the child if it still runs, wait for its thread, remove its directory
+        (removed even when the wait is interrupted: the child is being stopped)."""
         self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-        shutil.rmtree(self.work, ignore_errors=True)
+        try:
+            if self.thread is not None:
+                self.thread.join()
+        finally:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _close(children: Sequence[_Child]) -> None:
+    """Close every child, even when closing one is interrupted (Ctrl-C, SIGTERM); the
+    first interruption is raised once all are closed."""
+    stopped: BaseException | None = None
+    for child in children:
+        try:
+            child.close()
+        except BaseException as error:
+            stopped = stopped or error
+    if stopped is not None:
+        raise stopped
 
 
 def _follow(spec: RerunSpec, children: Sequence[_Child], done: queue.SimpleQueue[_Child],
@@ -259,13 +280,18 @@ def _follow(spec: RerunSpec, children: Sequence[_Child], done: queue.SimpleQueue
     tick = started + PROGRESS_EVERY
     while waiting:
         timeout = None if progress is None else max(0.0, tick - time.monotonic())
+        if spec.cancel is not None:
+            if spec.cancel.is_set():
+                for child in children:
+                    child.stop.set()
+            timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
         try:
             child = done.get(timeout=timeout)
-        except queue.Empty:  # only with a progress callback: time to call it
-            if progress is not None:
+        except queue.Empty:  # a progress callback's time, or a look at the cancel event
+            if progress is not None and time.monotonic() >= tick:
                 finished = sum(other.finished.count() for other in children)
                 progress(min(finished, total), total, time.monotonic() - started)
-            tick = time.monotonic() + PROGRESS_EVERY
+                tick = time.monotonic() + PROGRESS_EVERY
             continue
         waiting -= 1
         if child.error is not None:

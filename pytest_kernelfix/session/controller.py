@@ -10,6 +10,11 @@ prints the summary. It owns the session's reruns and their warm server (started 
 first failure, ended with the session). A test that crashes an xdist worker is a failure
 to heal too (rerun alone in the sandbox first). It never changes a test outcome or the
 exit status.
+
+From the session's start to its end the first SIGTERM is a ``KeyboardInterrupt``, as
+Ctrl-C is (:mod:`pytest_kernelfix.session.interrupt`): an interrupted session, during the
+test run or while healing, still writes its report, marked ``interrupted``, with every bug
+healed before the interrupt, and removes its temporary directories.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +43,7 @@ from pytest_kernelfix.capture.records import (
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.device import is_xdist_controller
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, install_sigterm, shielded
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
@@ -134,6 +141,8 @@ class HealingController:
         self.ci_notes: list[str] = []  # about the outputs, written after the report
         self.sinks: tuple[Sink, ...] = ()  # besides the report files and GitHub's outputs
         self._reruns: Reruns | None = None
+        self.cancel = Cancel()  # set by the first Ctrl-C or SIGTERM
+        self._uninstall: Callable[[], None] = lambda: None
 
     @functools.cached_property
     def setup(self) -> RerunSetup:
@@ -242,6 +251,11 @@ class HealingController:
         except Exception as error:  # a read-only cache: no record, nothing else lost
             self.notes.append(f"the last-green record was not written: {error}")
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """From here on the first SIGTERM (CI cancelling the job) ends the session as
+        Ctrl-C does: the report is written and the temporary directories go."""
+        self._uninstall = install_sigterm(self.cancel)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
@@ -249,20 +263,25 @@ class HealingController:
                 self.record_green()
             self._heal_at_end(exitstatus)
         finally:
-            if self._reruns is not None:
-                self._reruns.close()
+            try:
+                if self._reruns is not None:
+                    with shielded(self.cancel):  # the servers and their directories go whole
+                        self._reruns.close()
+            finally:
+                self._uninstall()
 
     def _heal_at_end(self, exitstatus: int) -> None:
         if not self.failures:
             return
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.notes.append("the session was interrupted: nothing was healed")
-            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # the report says so; nothing heals
+            self.cancel.set(self.cancel.why or CTRL_C)
         try:
             self.report = self.heal()
-            self.publish()
-        except KeyboardInterrupt:  # Ctrl-C while healing: stop here, end the session as usual
-            self.notes.append("healing was interrupted: nothing more was healed or written")
+            with shielded(self.cancel):  # the first interrupt now is noted, not raised
+                self.publish()
+        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: stop writing, end the session
+            self.notes.append("healing was interrupted twice: the report may be incomplete "
+                              "or missing")
         except Exception as error:  # the session must never crash because of a heal
             from pytest_kernelfix.redact import redact
 
@@ -301,9 +320,15 @@ class HealingController:
         from pytest_kernelfix.session.pipeline import Stages, run_healing
 
         inputs = self.inputs()
-        stages = Stages(fixer=session_fixer(self.config, self.settings),
+        if self.cancel.is_set():  # the test run was interrupted: nothing will be asked
+            from pytest_kernelfix.fixers.hook import UnavailableFixer
+
+            fixer: Fixer = UnavailableFixer(f"the session was interrupted ({self.cancel.why})")
+        else:
+            fixer = session_fixer(self.config, self.settings)
+        stages = Stages(fixer=fixer,
                         guard=build_guard(inputs.project), runner=self.reruns,
-                        progress=self._progress)
+                        progress=self._progress, cancel=self.cancel)
         return replace(run_healing(inputs, stages), save_prompts=self.settings.save_prompts)
 
     def _progress(self, line: str) -> None:

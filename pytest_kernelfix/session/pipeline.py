@@ -35,6 +35,7 @@ from pytest_kernelfix.heal.outcomes import (
     SKIPPED,
     UNHEALED,
     Guard,
+    HealInterrupted,
     HealResult,
     Phase,
     RoundRecord,
@@ -54,7 +55,7 @@ from pytest_kernelfix.locate.context import BugContext, build_context
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.locate.need import NeedResolver
 from pytest_kernelfix.locate.reach import Reach
-from pytest_kernelfix.project import Project
+from pytest_kernelfix.project import Project, encoding_problem
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
 from pytest_kernelfix.report.folder import make_report_dir
@@ -64,6 +65,7 @@ from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.session.crashes import reproduce_crashes
+from pytest_kernelfix.session.interrupt import Cancel, interrupt_name, shielded
 from pytest_kernelfix.session.schedule import (
     chains,
     cpu_count,
@@ -107,12 +109,15 @@ class SessionInputs:
 @dataclass(frozen=True)
 class Stages:
     """The parts of a session a caller chooses: who proposes, what is refused statically,
-    how tests are rerun, and where progress lines go."""
+    how tests are rerun, where progress lines go, and the stop request a Ctrl-C or
+    SIGTERM sets (:class:`~pytest_kernelfix.session.interrupt.Cancel`): every healing
+    thread stops at its next step, and the report keeps what was finished."""
 
     fixer: Fixer
     guard: Guard | None = None
     runner: Runner = run_tests
     progress: Progress = lambda line: None
+    cancel: Cancel = field(default_factory=Cancel)
 
 
 #: What every candidate that passes its rerun goes through, whatever the device.
@@ -150,8 +155,16 @@ NO_EDITABLE_SOURCE = (
 
 
 def read_originals(root: Path, paths: Sequence[str]) -> dict[str, str]:
-    """The exact text of each file (newlines untouched, so CRLF files stay CRLF)."""
-    return {path: (root / path).read_bytes().decode("utf-8") for path in paths}
+    """The exact text of each file (newlines untouched, so CRLF files stay CRLF); a file
+    that is not UTF-8 raises ``ValueError`` naming it and its encoding."""
+    texts = {}
+    for path in paths:
+        data = (root / path).read_bytes()
+        try:
+            texts[path] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} {encoding_problem(root / path)}") from None
+    return texts
 
 
 def _skipped(group: BugGroup, reason: str) -> HealResult:
@@ -159,22 +172,27 @@ def _skipped(group: BugGroup, reason: str) -> HealResult:
 
 
 class _Counted:
-    """A runner that keeps what one bug's reruns cost and how they ran, and says how
-    far a long rerun is."""
+    """A runner that keeps what one bug's reruns cost and how they ran, says how far a
+    long rerun is, and stops (``KeyboardInterrupt``) once the session is interrupted: a
+    rerun under way is cut short, its result is of no use."""
 
-    def __init__(self, runner: Runner, progress: Progress = lambda line: None) -> None:
+    def __init__(self, runner: Runner, progress: Progress = lambda line: None,
+                 cancel: Cancel | None = None) -> None:
         self.runner = runner
         self.progress = progress
+        self.cancel = cancel if cancel is not None else Cancel()
         self.stats = RerunStats()
         self.lock = threading.Lock()  # a verifier may run reruns at the same time
 
     def __call__(self, spec: RerunSpec) -> RerunResult:
+        self.cancel.check()
         if spec.progress is None:
             spec = replace(spec, progress=lambda done, total, seconds: self.progress(
                 f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
-        result = self.runner(spec)
+        result = self.runner(replace(spec, cancel=self.cancel.event))
         with self.lock:
             self.stats = self.stats.add(result)
+        self.cancel.check()
         return result
 
 
@@ -194,6 +212,18 @@ class _Session:
     results: dict[int, HealResult] = field(default_factory=dict)
     reruns: dict[int, RerunStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Bugs that began a heal of their own (``--kernelfix-max-groups`` bounds them; a bug
+    #: an earlier patch heals is not one).
+    claimed: int = 0
+
+    def claim(self) -> str:
+        """A place for one more bug of its own, or why there is none."""
+        limit = self.inputs.settings.max_groups
+        with self.lock:
+            if self.claimed < limit:
+                self.claimed += 1
+                return ""
+        return f"over the limit of {limit} bugs per session (--kernelfix-max-groups)"
 
     def say(self, group: BugGroup, line: str, *, first: bool = False) -> None:
         """A progress line; with several workers each names its bug."""
@@ -213,33 +243,54 @@ class _Session:
             setup = replace(inputs.setup, env={**inputs.setup.env, **pinned})
             inputs = replace(inputs, setup=setup)
         winners: list[Winner] = []
+        cancel = stages.cancel
         for index in chain:
             group = self.groups[index]
+            if cancel.is_set():  # reported as not started (run_healing)
+                break
             spent = self.budget.exhausted()
             if spent:
                 self.results[index] = _skipped(group, spent)
                 continue
             self.say(group, f"healing {group.id} ({len(group.nodeids)} test(s); "
                             f"{', '.join(group.editable) or 'no editable file'})", first=True)
-            if not group.editable:
+            if group.unreadable:
+                result = _skipped(group, "cannot heal: " + "; ".join(group.unreadable))
+            elif not group.editable:
                 result = _skipped(group, NO_EDITABLE_SOURCE)
             else:
-                sandbox = sandbox or Sandbox.create(inputs.project.root, exclude=self.exclude)
-
                 def progress(line: str, group: BugGroup = group) -> None:
                     self.say(group, line.strip())
 
-                counted = _Counted(stages.runner, progress)
-                change = self.changes.for_test(representative(group), inputs.project)
-                result = heal_bug(group, inputs, sandbox,
-                                  replace(stages, runner=counted, progress=progress), self.reach,
-                                  winners, change=change, exclude=self.exclude)
-                self.reruns[index] = counted.stats
+                counted = _Counted(stages.runner, progress, cancel)
+                try:
+                    sandbox = sandbox or Sandbox.create(inputs.project.root,
+                                                        exclude=self.exclude)
+                    change = self.changes.for_test(representative(group), inputs.project)
+                    result = heal_bug(group, inputs, sandbox,
+                                      replace(stages, runner=counted, progress=progress),
+                                      self.reach, winners, claim=self.claim, change=change,
+                                      exclude=self.exclude)
+                except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, or another thread's
+                    cancel.set(interrupt_name(stop))
+                    result = interrupted(group, stop, cancel.why)
+                finally:
+                    self.reruns[index] = counted.stats
                 if result.status == HEALED and result.changed_files:
-                    winners.append(Winner(group.id, result.final))
+                    winners.append(Winner(group.id, result.final, frozenset(result.verified),
+                                          {path: result.final[path]
+                                           for path in result.changed_files}))
             self.say(group, f"{result.status}: {result.reason}")
             self.results[index] = result
         return sandbox
+
+
+def interrupted(group: BugGroup, stop: KeyboardInterrupt, why: str) -> HealResult:
+    """The bug a Ctrl-C or SIGTERM stopped: unhealed with the rounds it played and what
+    they cost, or skipped when no fixer was asked yet."""
+    if isinstance(stop, HealInterrupted):
+        return replace(stop.result, reason=f"{stop.result.reason} ({why})")
+    return _skipped(group, f"interrupted ({why}) before it was healed")
 
 
 def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
@@ -255,33 +306,42 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
         if folder.is_relative_to(project.root):
             exclude.append(folder.relative_to(project.root).as_posix())
     budget = Budget(settings.max_cost, settings.max_tokens)
+    cancel = stages.cancel
     stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
-    if any(failure.crashed for failure in inputs.failures):
-        inputs = _reproduce_crashes(inputs, stages, exclude)
+    if any(failure.crashed for failure in inputs.failures) and not cancel.is_set():
+        try:
+            inputs = _reproduce_crashes(inputs, stages, exclude)
+        except KeyboardInterrupt as stop:
+            cancel.set(interrupt_name(stop))
     changes, said = resolve_changes(
         settings.base, project, os.environ, green=inputs.green,
         skip=(settings.report_dir, settings.cache_root),
         nodeids=[failure.nodeid for failure in inputs.failures])
     inputs = replace(inputs, notes=inputs.notes + said)
-    groups = group_failures(inputs.failures, project, reach)
-    healable = groups[:settings.max_groups]
-    lanes = chains(healable)
+    groups = group_failures(inputs.failures, project, reach, inputs.passed)
+    lanes = chains(groups)
     gpus = visible_gpus() if inputs.device == "cuda" else ()
     workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
     jobs = rerun_jobs(settings.rerun_jobs, workers, inputs.device, cpu_count())
     inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
     session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget, changes)
-    for index, group in enumerate(groups[settings.max_groups:], start=settings.max_groups):
-        session.results[index] = _skipped(
-            group, f"over the limit of {settings.max_groups} bugs per session "
-                   "(--kernelfix-max-groups)")
-    if workers == 1:
-        _heal_in_order([i for lane in lanes for i in lane], session)
-    else:
-        _heal_in_parallel(lanes, session)
-    results = [(group, session.results[index]) for index, group in enumerate(groups)]
-    return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
-                  workers=workers)
+    try:
+        if cancel.is_set():
+            pass  # interrupted before healing began: every bug is reported not started
+        elif workers == 1:
+            _heal_in_order([i for lane in lanes for i in lane], session)
+        else:
+            _heal_in_parallel(lanes, session)
+    except KeyboardInterrupt as stop:  # between two steps of the main thread's heal
+        cancel.set(interrupt_name(stop))
+    if cancel.is_set():
+        stages.progress(f"interrupted ({cancel.why}): writing the report of what was healed")
+    results = [(group, session.results.get(index) or _skipped(
+        group, f"not healed: the session was interrupted ({cancel.why}) before its turn"))
+        for index, group in enumerate(groups)]
+    with shielded(cancel):  # apply mode writes every healed bug whole, or none of it
+        return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
+                      workers=workers, interrupted=cancel.why if cancel.is_set() else "")
 
 
 def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (
@@ -298,13 +358,15 @@ def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[
 
 
 def _heal_in_order(order: Sequence[int], session: _Session) -> None:
-    """One worker: every bug in grouping order, in one sandbox."""
+    """One worker: every bug in grouping order, in one sandbox (removed whole even when
+    an interrupt arrives as it is)."""
     sandbox = None
     try:
         sandbox = session.heal_chain(sorted(order), None, 0)
     finally:
         if sandbox is not None:
-            sandbox.close()
+            with shielded(session.stages.cancel):
+                sandbox.close()
 
 
 def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None:
@@ -317,7 +379,7 @@ def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None
     def work(worker: int) -> None:
         sandbox: Sandbox | None = None
         try:
-            while not errors:
+            while not errors and not session.stages.cancel.is_set():
                 with taken:
                     if not pending:
                         return
@@ -333,18 +395,28 @@ def _heal_in_parallel(lanes: Sequence[Sequence[int]], session: _Session) -> None
                                 daemon=True) for worker in range(session.workers)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt as stop:  # the workers stop at their next step; wait for them
+        session.stages.cancel.set(interrupt_name(stop))
+        for thread in threads:
+            thread.join()
     if errors:
         raise errors[0]
 
 
 @dataclass(frozen=True)
 class Winner:
-    """A bug healed earlier in the same chain, and the files its patch leaves."""
+    """A bug healed earlier in the same chain, and the files its patch leaves;
+    ``verified``: the tests its patch was verified passing on, ``change``: the text of
+    each file it changes (when a later bug's candidate is that change whole, those
+    tests need no second run)."""
 
     group_id: str
     files: Mapping[str, str]
+    verified: frozenset[str] = frozenset()
+    change: Mapping[str, str] = field(default_factory=dict)
 
 
 def build_on(originals: Mapping[str, str], winners: Sequence[Winner]) -> (
@@ -363,21 +435,29 @@ def build_on(originals: Mapping[str, str], winners: Sequence[Winner]) -> (
 
 
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
-             reach: Reach, winners: Sequence[Winner] = (), *, change: Change | None = None,
+             reach: Reach, winners: Sequence[Winner] = (),
+             claim: Callable[[], str] = lambda: "", *, change: Change | None = None,
              exclude: Sequence[str] = ()) -> HealResult:
     """One bug, in the given sandbox: a free fixer's first answer, the baseline and
     triage, then (when earlier bugs of its chain healed files it shares) their patches as
     a candidate, then, with a ``change`` since a base, the experiment that finds the
     hunks whose revert makes the test pass, then the round loop from the text they
-    leave."""
+    leave.
+
+    ``claim`` is asked before the bug heals on its own (not when an earlier patch heals
+    it): it answers why not (``--kernelfix-max-groups``), or "".
+    """
     started = time.monotonic()
     project = inputs.project
     widened = with_change(group, change, project) if change is not None else group
     try:
         originals = read_originals(project.root, widened.editable)
-    except (OSError, UnicodeDecodeError) as error:
+    except (OSError, ValueError) as error:
         return _skipped(group, f"cannot read the editable source: {error}")
     base, earlier = build_on(originals, winners)
+    over = "" if earlier else claim()
+    if over:
+        return _skipped(group, over)
     checks = checks_for(inputs.setup.device)
     context = build_context(group, project, device=inputs.device, checks=checks)
     verifier = Verifier(sandbox, inputs.setup, widened, project,
@@ -386,12 +466,15 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
                         say=lambda line: stages.progress(f"  {line}"))
 
     def done(result: HealResult) -> HealResult:
-        """The bug's whole time: its triage and every rerun included."""
-        return replace(result, seconds=time.monotonic() - started)
+        """The bug's whole time: its triage and every rerun included; a healed bug, the
+        tests its patch passed."""
+        verified = verifier.passing() if result.status == HEALED else ()
+        return replace(result, seconds=time.monotonic() - started, verified=verified)
 
     first: Proposal | None = None
     if is_free(stages.fixer) and not earlier and change is None:
-        first, why = _ask_first(_Announced(stages.fixer, stages.progress), context, base)
+        first, why = _ask_first(_Announced(stages.fixer, stages.progress, stages.cancel),
+                                context, base)
         if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
             return done(HealResult(group.id, UNHEALED, why))
         if why:  # an error the interpreter raised: the baseline may say it is its own
@@ -407,9 +490,13 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         if why_not:
             return done(replace(_skipped(group, why_not), triage=triaged))
         if earlier:
-            healed = _healed_by(group, verifier, base, earlier, stages)
+            healed = _healed_by(group, verifier, base, earlier, stages,
+                                _verified_by(originals, base, winners))
             if healed is not None:
                 return done(replace(healed, triage=triaged))
+            over = claim()
+            if over:
+                return done(replace(_skipped(group, over), triage=triaged))
         used, regression = group, None
         if change is not None:
             regression = find_culprits(
@@ -437,7 +524,8 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             return clean_log(text, roots)
 
         result = heal(
-            context, files, fixer=_Announced(stages.fixer, stages.progress), verify=verifier,
+            context, files, fixer=_Announced(stages.fixer, stages.progress, stages.cancel),
+            verify=verifier,
             rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
             resolve_need=NeedResolver(project, reach), tidy=tidy, first=first,
         )
@@ -487,13 +575,15 @@ class _Announced:
     """A fixer whose every answer is announced, with a line every :data:`HEARTBEAT`
     seconds while it is awaited: a model can take minutes."""
 
-    def __init__(self, fixer: Fixer, progress: Progress) -> None:
+    def __init__(self, fixer: Fixer, progress: Progress, cancel: Cancel | None = None) -> None:
         self.fixer = fixer
         self.progress = progress
+        self.cancel = cancel if cancel is not None else Cancel()
         self.name = fixer.name
         self.free = is_free(fixer)
 
     def propose(self, request: ProposalRequest) -> Proposal:
+        self.cancel.check()  # an interrupted session asks no more
         where = f"  round {request.round}"
         self.progress(f"{where}: asking {self.name}")
         started = time.monotonic()
@@ -530,18 +620,35 @@ def _ask_first(fixer: Fixer, context: BugContext, files: Mapping[str, str]) -> (
         return None, f"round 1: {why}"
 
 
+def _verified_by(originals: Mapping[str, str], base: Mapping[str, str],
+                 winners: Sequence[Winner]) -> frozenset[str]:
+    """The tests an earlier bug's patch was verified passing on, when ``base`` is that
+    patch whole (the same files changed, to the same text): they need no second run."""
+    change = {path: text for path, text in base.items() if originals.get(path) != text}
+    for winner in reversed(winners):
+        if winner.change and dict(winner.change) == change:
+            return winner.verified
+    return frozenset()
+
+
 def _healed_by(group: BugGroup, verifier: Verifier, base: Mapping[str, str],
-               earlier: Sequence[str], stages: Stages) -> HealResult | None:
-    """The bug healed by the patches of earlier bugs (verified like any candidate), or
-    None: no call, no patch of its own."""
+               earlier: Sequence[str], stages: Stages,
+               verified: frozenset[str] = frozenset()) -> HealResult | None:
+    """The bug healed by the patches of earlier bugs (verified like any candidate, on
+    the tests the earlier verification did not run), or None: no call, no patch of its
+    own."""
     names = ", ".join(earlier)
     stages.progress(f"  trying the patch of {names}, which touches the same files")
-    verdict = verifier(base)
+    verdict = verifier(base, verified=verified)
     if not verdict.ok:
         stages.progress(f"  not healed by {names}: {verdict.summary}")
         return None
+    skipped = sorted(set(verified) & set(verifier.regression))
+    notes = verdict.notes + ((f"{len(skipped)} regression test(s) this patch was already "
+                              f"verified passing on (for {names}) were not rerun",)
+                             if skipped else ())
     record = RoundRecord(0, "earlier patch", (), verdict.summary, phases=verdict.phases,
-                         notes=verdict.notes)
+                         notes=notes)
     return HealResult(group.id, HEALED, f"healed by the patch of {names}: {verdict.summary}",
                       rounds=(record,), original=dict(base), final=dict(base),
                       healed_by=names)
@@ -609,11 +716,14 @@ def _builds_on(result: HealResult, finals: Mapping[str, tuple[str, str]]) -> tup
 
 def finish(
     inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float,
-    *, reruns: Mapping[int, RerunStats], workers: int,
+    *, reruns: Mapping[int, RerunStats], workers: int, interrupted: str = "",
 ) -> SessionReport:
-    """The session's report; in apply mode the healed files are written first.
+    """The session's report; in apply mode the healed files are written first (only
+    those: a bug an interrupt stopped wrote nothing).
 
-    ``reruns`` holds each bug's rerun statistics by its index in ``results``.
+    ``reruns`` holds each bug's rerun statistics by its index in ``results``;
+    ``interrupted`` says what stopped the session early (``Ctrl-C``, ``SIGTERM``), if
+    anything did.
     """
     settings = inputs.settings
     report_dir = settings.report_dir
@@ -648,10 +758,20 @@ def finish(
         device=inputs.device,
         model=settings.model,
         seconds=seconds,
-        notes=inputs.notes,
+        notes=inputs.notes + ((interrupted_note(interrupted, results),) if interrupted else ()),
         workers=workers,
+        interrupted=bool(interrupted),
         max_cost=settings.max_cost,
         max_tokens=settings.max_tokens,
         unselected=inputs.unselected,
         select=settings.select,
     )
+
+
+def interrupted_note(why: str, results: Sequence[tuple[BugGroup, HealResult]]) -> str:
+    """What an interrupted session kept and what it left, in one sentence."""
+    healed = sum(1 for _, result in results if result.status == HEALED)
+    stopped = sum(1 for _, result in results
+                  if result.status != HEALED and f"({why})" in result.reason)
+    return (f"the session was interrupted ({why}): {healed} bug(s) healed before it keep "
+            f"their patches; {stopped} bug(s) were stopped or not started")

@@ -15,31 +15,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.locate.grouping import BugGroup, partition
 
 
 def chains(groups: Sequence[BugGroup]) -> list[list[int]]:
     """Indices into ``groups``, one list per chain, each in grouping order; chains are
     ordered by their first bug."""
-    parent = list(range(len(groups)))
-
-    def find(index: int) -> int:
-        while parent[index] != index:
-            parent[index] = parent[parent[index]]
-            index = parent[index]
-        return index
-
-    owner: dict[str, int] = {}
-    for index, group in enumerate(groups):
-        for path in group.editable:
-            if path in owner:
-                parent[find(index)] = find(owner[path])
-            else:
-                owner[path] = index
-    found: dict[int, list[int]] = {}
-    for index in range(len(groups)):
-        found.setdefault(find(index), []).append(index)
-    return sorted(found.values(), key=lambda chain: chain[0])
+    return partition([group.editable for group in groups])
 
 
 def cpu_count() -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from pytest_kernelfix.config import VERIFY_MODES
@@ -128,6 +128,7 @@ class Verifier:
         self.base: RerunResult | None = None  # the representative on the original code
         self._attributed: tuple[str, ...] | None = None
         self._seen: set[str] = set()  # tests whose findings on the original code are known
+        self._verified: frozenset[str] = frozenset()  # passed on this candidate elsewhere
         self.phases: list[Phase] = []
 
     @property
@@ -285,8 +286,13 @@ class Verifier:
 
     # -- a candidate -----------------------------------------------------------------
 
-    def __call__(self, candidate: Mapping[str, str]) -> Verdict:
+    def __call__(self, candidate: Mapping[str, str], *,
+                 verified: Collection[str] = ()) -> Verdict:
+        """The verdict on ``candidate``. ``verified``: regression tests already verified
+        passing on this very candidate (an earlier bug's patch, when it is the whole
+        change): they are not rerun."""
         self.phases = []
+        self._verified = frozenset(verified)
         self.workspace.write(candidate)
         tampered = self.workspace.tampered()
         if tampered:
@@ -365,7 +371,13 @@ class Verifier:
         return masked_verdict(found.statements, measured=unchanged is True)
 
     def _kept(self) -> tuple[str, ...]:
-        return tuple(n for n in self.regression if n not in self.broken_before)
+        return tuple(n for n in self.regression
+                     if n not in self.broken_before and n not in self._verified)
+
+    def passing(self) -> tuple[str, ...]:
+        """The tests the last accepted candidate was verified passing on: the failing
+        tests and the regression set, less the tests that fail on the original code."""
+        return (*self.nodeids, *(n for n in self.regression if n not in self.broken_before))
 
     def _rest(self, candidate: Mapping[str, str], result: RerunResult | None
               ) -> tuple[Verdict, RerunResult]:

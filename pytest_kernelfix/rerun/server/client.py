@@ -109,7 +109,7 @@ class RerunServer:
                     pass_fds=(theirs.fileno(),),
                     start_new_session=True,
                 )
-        except OSError:
+        except BaseException:  # OSError, or an interrupt: no directory left behind
             ours.close()
             shutil.rmtree(self.work, ignore_errors=True)
             raise
