@@ -19,9 +19,15 @@ would be on a GPU. It prints pass counts per column for two shims in one run:
 
 Every liger op here is correct (it is released and tested on GPUs), so every failure is
 the CPU's; the target is none after. ``--child gpu`` runs the same cases compiled on a
-real GPU, without the shim, to confirm the tolerances hold there::
+real GPU, without the shim, to confirm the tolerances hold there.
 
-    .venv/bin/python benchmarks/cpu_truth_bench.py
+``--checkout liger=PATH`` / ``--checkout fla=PATH`` (git clones of Liger-Kernel and
+flash-linear-attention) first run cases of those projects' own suites whose CPU verdict
+is not a GPU's (``REAL_CASES``): clean tests that fail on the CPU and a historic bug,
+put back, that passes there; the trees are made as the historic-bug benchmark makes
+them (a project without a checkout is skipped)::
+
+    .venv/bin/python benchmarks/cpu_truth_bench.py [--checkout liger=PATH] [--checkout fla=PATH]
     python benchmarks/cpu_truth_bench.py --child gpu     # on a machine with a GPU
 """
 
@@ -364,11 +370,73 @@ def device_branch(dtype: Any, param: Any) -> Pairs:
     return pairs
 
 
+@functools.cache
+def hardswish_kernels() -> tuple[Any, Any]:
+    """Hard-swish and its gradient as a GPU library writes them (the gradient on the
+    closed band ``[-3, 3]``, as CUDA's ``hardswish_backward``); made on first use."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def forward(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+        y = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def backward(x_ptr, dy_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+        dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
+        dx = tl.where(x < -3.0, 0.0, tl.where(x <= 3.0, dy * (x / 3.0 + 0.5), dy))
+        tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+    return forward, backward
+
+
+def hardswish(dtype: Any, param: Any) -> Pairs:
+    """A Triton hard-swish against ``F.hardswish`` on inputs with values of exactly -3 and
+    3, as ``randn`` activations in fp16 / bf16 have them: the reference's gradient must be
+    CUDA's there."""
+    import triton
+
+    torch = _torch()
+    forward, backward = hardswish_kernels()
+
+    class HardSwish(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            y = torch.empty_like(x)
+            forward[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+            ctx.save_for_backward(x)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, dy: Any) -> Any:
+            (x,) = ctx.saved_tensors
+            dx = torch.empty_like(x)
+            backward[(triton.cdiv(x.numel(), 256),)](x, dy.contiguous(), dx, x.numel(),
+                                                     BLOCK=256)
+            return dx
+
+    x = leaf(8, 96, dtype=dtype, scale=3.0)
+    with torch.no_grad():
+        x.view(-1)[::7] = 3.0
+        x.view(-1)[3::11] = -3.0
+    xr = twin(x)
+    out, ref = HardSwish.apply(x), torch.nn.functional.hardswish(xr)
+    return [("out", out, ref), *grads(out, ref, [x], [xr])]
+
+
 OPS: dict[str, Op] = {
     fn.__name__: fn
     for fn in (rms_norm, layer_norm, swiglu, geglu, softmax, cross_entropy,
                fused_linear_cross_entropy, dyt, group_norm, kl_div, rope,
-               linear, conv1d, conv2d, moved_modules, lm_head_cross_entropy, device_branch)
+               linear, conv1d, conv2d, moved_modules, lm_head_cross_entropy, device_branch,
+               hardswish)
 }
 
 
@@ -421,7 +489,7 @@ def _install_old_shim() -> None:
 
     shim.install(autocast=False, bf16=False)
     torch.cuda.is_bf16_supported = lambda including_emulation=True: True
-    cuda_ops.needs_emulation = lambda func, kwargs: False
+    cuda_ops.needs_emulation = lambda func, kwargs, args=(): False
 
 
 def child(mode: str) -> None:
@@ -464,14 +532,81 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+#: Real suites whose verdict on the CPU is not a GPU's, met while mining historic bugs:
+#: (what, project, fix commit put back or None for the clean tree, pytest arguments,
+#: what a GPU gives, why the CPU differs).
+REAL_CASES = (
+    ("liger GEGLU MLP vs transformers' LlamaMLP, bf16, clean tree", "liger", None,
+     ("test/transformers/test_geglu.py::test_correctness[dtype1-0.01-0.01-9-41-341-4231]",),
+     "pass",
+     "bf16 MLP outputs and weight gradients compared with atol 1e-2: the reference's own "
+     "bf16 GEMMs round and sum differently on the CPU than cuBLAS does"),
+    ("liger cross entropy true-class gradient in bf16/fp16, fix be1cdc17 reverted", "liger",
+     "be1cdc17",
+     ("test/transformers/test_cross_entropy.py", "-k", "true_class_grad_confident"),
+     "fail",
+     "the regression loses the true-class gradient to rounding in the low-precision "
+     "buffer; the test's own low-precision tolerances hide it on the CPU"),
+    ("fla causal conv1d backward with a cache, fp32, clean tree", "fla", None,
+     ("tests/modules/test_conv.py::test_conv_cache_backward"
+      "[B1_T1_D64_W3_has_biasTrue_has_residualTrue_activationswish_torch.float32]",),
+     "pass",
+     "the Triton interpreter refuses a load mask of an integer dtype "
+     "(ValueError: mask has unsupported dtype), which the GPU compiler accepts"),
+    ("fla log-linear attention, partial last chunk, fp32, clean tree", "fla", None,
+     ("tests/ops/test_log_linear_attn.py::test_chunk_partial_last_chunk"
+      "[B1-T70-H4-D64-torch.float32]",),
+     "pass",
+     "a loop index is a Python int on the interpreter, a tensor when compiled: "
+     "`i.to(tl.int64)` raises AttributeError: 'int' object has no attribute 'to'"),
+)
+
+
+def real_cases(checkouts: dict[str, str], work: str) -> None:
+    """Run the real suites' cases (projects without a checkout are skipped) and say
+    whether the CPU gives a GPU's verdict."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import historic_bench
+
+    projects, _ = historic_bench.load()
+    print("| real suite case | a GPU | the CPU shim | seconds |")
+    print("|---|---|---|---:|")
+    for what, name, fix, selection, gpu, why in REAL_CASES:
+        checkout = checkouts.get(name)
+        if checkout is None or not Path(checkout, ".git").exists():
+            print(f"| {what} | {gpu} | skipped: no checkout of {name} | |")
+            continue
+        project = projects[name]
+        tree = historic_bench.clean_tree(project, Path(checkout), Path(work))
+        if fix is not None:  # the historic bugs put back here are liger's cross entropy
+            files = ("src/liger_kernel/ops/cross_entropy.py",)
+            bug = historic_bench.HistoricBug(name=f"cpu-truth-{fix}", project=name, fix=fix,
+                                             files=files, tests=(), description=why)
+            tree = historic_bench.bugged_tree(bug, tree, Path(checkout), Path(work))
+        run = historic_bench.run_plain(project, tree, selection)
+        cpu = "pass" if run.failed == 0 and run.passed else f"fail ({run.failed} failed)"
+        print(f"| {what} | {gpu} | {cpu} | {run.seconds:.0f} |")
+        if (cpu == "pass") != (gpu == "pass"):
+            print(f"|   why: {why} | | | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=("before", "after", "gpu"))
     parser.add_argument("--only", choices=("before", "after"))
+    parser.add_argument("--checkout", action="append", default=[], metavar="PROJECT=PATH",
+                        help="also run the real suites' cases of this project (liger, fla)")
+    parser.add_argument("--work", default="/tmp/kernelfix-cpu-truth",
+                        help="where the real suites' trees are made")
     args = parser.parse_args()
     if args.child:
         child(args.child)
         return
+    if args.checkout:
+        real_cases(dict(value.split("=", 1) for value in args.checkout), args.work)
+        print()
     modes = [args.only] if args.only else ["before", "after"]
     results: dict[str, list[dict[str, Any]]] = {}
     for mode in modes:

@@ -23,9 +23,9 @@ run time, under ``--work`` (cached there between runs):
 :func:`materialise` gives those four; another benchmark can import it.
 
 Healing runs ``pytest --kernelfix`` on a fresh copy of the bugged tree, selecting the
-failing tests that launched a kernel of the project (``kernelfix_select = launched``,
-with the selection's test files as globs, as a maintainer opting in a test directory
-would). The fixer is an oracle, a pytest plugin of this benchmark's own (``-p
+failing tests that launched a kernel of the project and those of the selection's test
+files (``kernelfix_select = launched,<file>::*``, as a maintainer opting in a test
+directory would). The fixer is an oracle, a pytest plugin of this benchmark's own (``-p
 historic_oracle``, a module written under ``--work``, never into their tree): it renders
 the prompt the model would get (``render_messages``) and answers, as search/replace
 edits, each hunk of the true fix whose faulty code the prompt shows, and no edit when
@@ -409,9 +409,10 @@ def pytest_kernelfix_propose(request, config):
     pending = [hunk["file"] not in current or hunk["old_string"] in current[hunk["file"]]
                for hunk in hunks]
     visible = [hunk["faulty"] in shown for hunk in hunks]
+    answer = [seen or spec.get("always", False) for seen in visible]
     edits = [{"file": hunk["file"], "old_string": hunk["old_string"],
               "new_string": hunk["new_string"], "reason": "the historic fix"}
-             for hunk, seen, todo in zip(hunks, visible, pending) if seen and todo]
+             for hunk, seen, todo in zip(hunks, answer, pending) if seen and todo]
     with open(spec["log"], "a", encoding="utf-8") as log:
         log.write(json.dumps({"round": request.round, "shown": visible, "pending": pending,
                               "answered": len(edits), "chars": len(shown),
@@ -450,13 +451,15 @@ class Outcome:
 
 
 def _select(selection: Sequence[str]) -> str:
-    files = sorted({nodeid.split("::")[0] for nodeid in selection})
-    return ",".join(["launched", *files])
+    files = sorted({nodeid.split("::")[0] for nodeid in selection if "::" in nodeid})
+    return ",".join(["launched", *(f"{file}::*" for file in files)])
 
 
-def heal(mat: Materialised, work: Path, rounds: int = 3, timeout: int = 2400) -> Outcome:
-    """``pytest --kernelfix`` on a fresh copy of the bugged tree, the oracle answering."""
-    run = work / "runs" / mat.bug.name
+def heal(mat: Materialised, work: Path, rounds: int = 3, timeout: int = 2400,
+         always: bool = False) -> Outcome:
+    """``pytest --kernelfix`` on a fresh copy of the bugged tree, the oracle answering
+    (with ``always``: the true fix in every round, shown or not)."""
+    run = work / ("runs-always" if always else "runs") / mat.bug.name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     root = run / "tree"
@@ -464,7 +467,8 @@ def heal(mat: Materialised, work: Path, rounds: int = 3, timeout: int = 2400) ->
     (root / READY).unlink()
     log = run / "oracle.jsonl"
     spec = run / "spec.json"
-    spec.write_text(json.dumps({"log": str(log), "hunks": [asdict(h) for h in mat.hunks]}))
+    spec.write_text(json.dumps({"log": str(log), "always": always,
+                                "hunks": [asdict(h) for h in mat.hunks]}))
     oracle = write_oracle(work)
     python_path = os.pathsep.join(filter(None, [
         str(oracle), mat.project.env.get("PYTHONPATH", "").format(tree=root),
@@ -514,7 +518,9 @@ def judge(mat: Materialised, root: Path, log: Path, seconds: float, out: str) ->
 
 def _refusal(bugs: list[dict], calls: list[dict], hunks: int) -> str:
     """The verdict of the first round in which the oracle proposed the whole fix."""
-    full = {call["round"] for call in calls if len(call["shown"]) == hunks and all(call["shown"])}
+    full = {call["round"] for call in calls
+            if call.get("answered", 0) == hunks or (len(call["shown"]) == hunks
+                                                     and all(call["shown"]))}
     for bug in bugs:
         for detail in bug.get("round_details") or ():
             if detail.get("round") in full and detail.get("outcome") != "healed":
@@ -536,7 +542,7 @@ def describe_miss(mat: Materialised, first: dict | None, shown: list[bool], bugs
         return f"the oracle was never asked: {bugs[0]['status']}: {bugs[0]['reason'][:200]}"
     if refused:
         return f"refused: {refused}"
-    parts = []
+    missing: dict[tuple[str, str, str], list[int]] = {}
     prompt = first["prompt"]
     shown_defs = [entry for bug in bugs for entry in bug.get("shown") or ()]
     for hunk, seen in zip(mat.hunks, shown, strict=True):
@@ -544,9 +550,9 @@ def describe_miss(mat: Materialised, first: dict | None, shown: list[bool], bugs
             continue
         name = hunk.definition.rsplit(".", 1)[-1]
         if hunk.file not in prompt:
-            where = "file not in the prompt"
+            where = "file not in the prompt; it showed " + (", ".join(first["files"]) or "none")
         elif any(entry == hunk.file for entry in shown_defs):
-            where = "file shown whole, hunk lines not found (changed?)"
+            where = "file shown whole, hunk lines not found"
         elif any(entry.endswith(":" + hunk.definition) or entry.endswith(":" + name)
                  for entry in shown_defs if entry.startswith(hunk.file)):
             where = "definition shown but cut before the hunk"
@@ -554,7 +560,10 @@ def describe_miss(mat: Materialised, first: dict | None, shown: list[bool], bugs
             where = "definition only in the outline"
         else:
             where = "file shown without the definition"
-        parts.append(f"not shown: {hunk.file}:{hunk.line} in {hunk.definition} ({where})")
+        missing.setdefault((hunk.file, hunk.definition, where), []).append(hunk.line)
+    parts = [f"not shown: {file}: {definition} (line{'s' if len(lines) > 1 else ''} "
+             f"{', '.join(map(str, lines))}: {where})"
+             for (file, definition, where), lines in missing.items()]
     later = [call["round"] for call in calls if call["round"] > 1 and all(call["shown"])]
     if not parts:
         parts.append(f"shown, not healed: {bugs[0]['status']}: {bugs[0]['reason'][:200]}")
@@ -627,6 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="run each selection on the clean and bugged trees, no healing")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--always", action="store_true",
+                        help="the oracle answers the true fix whether shown or not: does "
+                        "verification accept it? (not the benchmark's measure)")
     parser.add_argument("--json", type=Path, default=None, help="write the outcomes here")
     options = parser.parse_args(argv)
     projects, bugs = load(options.catalogue)
@@ -665,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if bad else 0
     started = time.monotonic()
     with ThreadPoolExecutor(options.jobs) as pool:
-        outcomes = list(pool.map(lambda mat: heal(mat, work, options.rounds), mats))
+        outcomes = list(pool.map(
+            lambda mat: heal(mat, work, options.rounds, always=options.always), mats))
     wall = time.monotonic() - started
     print("\n".join(table(outcomes)))
     print()
