@@ -231,16 +231,21 @@ def table(pairs: list[tuple[Run, Run]]) -> list[str]:
              "(base / none) | healed (base / none) | first prompt chars (base / none) | "
              "seconds (base / none) |",
              "|---|---:|---|---|---|---|---|---|"]
+    def yes(value: bool) -> str:
+        return "yes" if value else "no"
+
     for with_base, without in pairs:
         o, p = with_base.outcome, without.outcome
         found = "yes" if with_base.culprit_found else (
             f"no ({with_base.verdict or 'no experiment'}: {', '.join(with_base.culprits)})")
+        alone = without is with_base  # --base-only: no run without the base
         lines.append(
             f"| {o.name} | {with_base.hunks} | {found} | {with_base.reruns} "
-            f"({bound(with_base.hunks)}) | {'yes' if o.shown_first else 'no'} / "
-            f"{'yes' if p.shown_first else 'no'} | {'yes' if o.healed else 'no'} / "
-            f"{'yes' if p.healed else 'no'} | {o.first_prompt_chars} / {p.first_prompt_chars} "
-            f"| {o.seconds:.0f} / {p.seconds:.0f} |")
+            f"({bound(with_base.hunks)}) | {yes(o.shown_first)} / "
+            f"{'-' if alone else yes(p.shown_first)} | {yes(o.healed)} / "
+            f"{'-' if alone else yes(p.healed)} | {o.first_prompt_chars} / "
+            f"{'-' if alone else p.first_prompt_chars} | {o.seconds:.0f} / "
+            f"{'-' if alone else f'{p.seconds:.0f}'} |")
     return lines
 
 
@@ -266,7 +271,11 @@ def totals(pairs: list[tuple[Run, Run]]) -> list[str]:
         f"healed: {sum(r.outcome.healed for r in base)} / {n} with the base, "
         f"{sum(r.outcome.healed for r in none)} / {n} without",
     ]
-    for name, values in zip(("with the base", "without"), sizes, strict=True):
+    if all(pair[0] is pair[1] for pair in pairs):  # --base-only
+        lines[-2:] = [line.split(",")[0] + " with the base" if line.startswith(("faulty",
+                      "healed")) else line for line in lines[-2:]]
+        sizes = sizes[:1]
+    for name, values in zip(("with the base", "without"), sizes, strict=False):
         if values:
             lines.append(f"first prompt {name}: median {statistics.median(values):.0f} "
                          f"chars, max {max(values)}")
@@ -284,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=2400)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--base-only", action="store_true",
+                        help="heal with --kernelfix-base HEAD~1 only (no run without a base)")
     options = parser.parse_args(argv)
     projects, bugs = load(options.catalogue)
     given = checkouts(options.checkout)
@@ -304,8 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"work dir: {work}")
     pairs = []
     for mat in mats:
-        pair = tuple(heal(mat, work, base, options.plain, options.rounds, options.timeout)
-                     for base in ("HEAD~1", "none"))
+        runs = [heal(mat, work, base, options.plain, options.rounds, options.timeout)
+                for base in (("HEAD~1",) if options.base_only else ("HEAD~1", "none"))]
+        pair = (runs[0], runs[-1])
         print(f"{mat.bug.name}: {pair[0].verdict or 'no experiment'}, culprits "
               f"{', '.join(pair[0].culprits) or '-'} in {pair[0].reruns} reruns; healed "
               f"{pair[0].outcome.healed} / {pair[1].outcome.healed}", flush=True)
