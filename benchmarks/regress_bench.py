@@ -272,8 +272,7 @@ def totals(pairs: list[tuple[Run, Run]]) -> list[str]:
         f"{sum(r.outcome.healed for r in none)} / {n} without",
     ]
     if all(pair[0] is pair[1] for pair in pairs):  # --base-only
-        lines[-2:] = [line.split(",")[0] + " with the base" if line.startswith(("faulty",
-                      "healed")) else line for line in lines[-2:]]
+        lines[-2:] = [line.split(",")[0] for line in lines[-2:]]
         sizes = sizes[:1]
     for name, values in zip(("with the base", "without"), sizes, strict=False):
         if values:
