@@ -58,6 +58,7 @@ from historic_bench import (  # noqa: E402  (a benchmark beside this one)
     pytest_command,
     write_oracle,
 )
+from historic_bench import _select as select  # noqa: E402  (the same selection as there)
 
 COMMENT = "# Reviewed: nothing to change here (an unrelated hunk of the regression benchmark)."
 HELPER = ("\n\ndef _regress_bench_unused(value):\n"
@@ -184,7 +185,8 @@ def heal(mat: Materialised, work: Path, base: str, plain: bool, rounds: int,
     injected_repo(mat, root, plain)
     log = run / "oracle.jsonl"
     spec = run / "spec.json"
-    spec.write_text(json.dumps({"log": str(log), "hunks": [asdict(h) for h in mat.hunks]}))
+    spec.write_text(json.dumps({"log": str(log), "always": False,
+                                "hunks": [asdict(h) for h in mat.hunks]}))
     oracle = write_oracle(work)
     python_path = ":".join(filter(None, [str(oracle), mat.project.env.get(
         "PYTHONPATH", "").format(tree=root)]))
@@ -192,10 +194,9 @@ def heal(mat: Materialised, work: Path, base: str, plain: bool, rounds: int,
                                           "PYTHONPATH": python_path})
     for name in ("GITHUB_BASE_REF", "CI_MERGE_REQUEST_DIFF_BASE_SHA", "KERNELFIX_BASE"):
         env.pop(name, None)
-    files = sorted({nodeid.split("::")[0] for nodeid in mat.selection})
     command = pytest_command(mat.project, mat.selection, "-p", "historic_oracle", "--kernelfix",
                              f"--kernelfix-rounds={rounds}",
-                             f"--kernelfix-select={','.join(['launched', *files])}",
+                             f"--kernelfix-select={select(mat.selection)}",
                              "--kernelfix-workers=1", "--kernelfix-rerun-jobs=1",
                              f"--kernelfix-base={base}", "--tb=short")
     started = time.monotonic()
