@@ -158,14 +158,12 @@ def test_the_view_shows_the_culprit_beside_the_base_and_says_how_it_was_found() 
     change = Change("main (abc)", (FileChange("m.py", BASE, current),))
     view = change_view(change, _regression(change.hunks[:1]))
     assert "-line 3\n+three\n" in view.diff and "+twenty" in view.diff
-    assert ("m.py, line 3 now (the lines around unchanged):\n```python\n"
-            "line 1\nline 2\nthree\nline 4\nline 5\n```") in view.culprit
-    assert "at main (abc):\n```python\nline 1\nline 2\nline 3\nline 4\n" in view.culprit
+    assert ("m.py, line 3, now (with the lines around):\n```python\nline 2\nthree\n"
+            "line 4\n```\nbefore the change:\n```python\nline 3\n```") in view.culprit
     removed = Change("main", (FileChange("m.py", BASE, edited(BASE, l10="")),))
     text = change_view(removed, _regression(removed.hunks)).culprit
-    assert "removed lines, before line 10, now (the lines around unchanged):\n```python\n" \
-        "line 8\nline 9\nline 11\nline 12\n```" in text
-    assert "line 8\nline 9\nline 10\nline 11\nline 12" in text
+    assert "removed lines, before line 10, now (with the lines around):\n```python\n" \
+        "line 9\nline 11\n```\nbefore the change:\n```python\nline 10\n```" in text
     assert "1 reruns" not in view.culprit and view.size > len(view.diff) + len(view.culprit)
     summary = _regression(change.hunks[:1]).summary
     assert summary.startswith("regression since main (abc): line 3 of m.py introduced it")

@@ -32,9 +32,9 @@ MERGE_GAP = 2
 #: What the prompt's diff of the change takes at most, in characters; once the culprit
 #: lines are known (they are shown beside the base's), less.
 DIFF_BUDGET = 3_000
-DIFF_BUDGET_FOUND = 1_500
+DIFF_BUDGET_FOUND = 1_000
 #: What the prompt's culprit lines (now and at the base) take at most, in characters.
-CULPRIT_BUDGET = 1_800
+CULPRIT_BUDGET = 2_500
 #: Files the change adds to a bug's editable files at most (besides the culprit's).
 MAX_CHANGED_FILES = 4
 #: Definitions the change touched that are pinned (shown in full) at most, besides the
@@ -389,29 +389,28 @@ def _lines_word(spans: str) -> str:
 
 def culprit_text(regression: Regression, change: Change | None = None,
                  limit: int = CULPRIT_BUDGET) -> str:
-    """The culprit lines for a prompt: each hunk now and at the base, with
-    :data:`CONTEXT` unchanged lines around them (from ``change``), bounded."""
+    """The culprit lines for a prompt: each hunk as it reads now, with :data:`CONTEXT`
+    unchanged lines around it (from ``change``), and the base's lines it replaced;
+    bounded (the hunks left out are counted)."""
     parts = [
-        f"An experiment found these lines: {regression.test} fails on the current code "
-        f"and passes when only these lines of the change since {regression.base} are put "
-        f"back as they were ({_plural(regression.reruns, 'rerun')} in a sandbox copy). "
-        "They are shown in full in the editable files below. Fix the fault in them and keep "
-        "what the change meant to do; a plain revert undoes the change.",
+        f"{regression.test} fails on the current code and passes when only these lines "
+        f"of the change since {regression.base} are put back as they were (found by "
+        f"{_plural(regression.reruns, 'rerun')} in a sandbox copy). Fix the fault there and "
+        "keep what the change meant to do: a plain revert undoes the change.",
     ]
     used = len(parts[0])
-    for hunk in regression.culprits:
+    for number, hunk in enumerate(regression.culprits):
         file = change.file(hunk.path) if change is not None else None
         now = _around(file.current if file else None, hunk.start, hunk.end, hunk.lines)
-        was = _around(file.base if file else None, hunk.base_start, hunk.base_end,
-                      hunk.base_lines)
-        where = (f"{_lines_word(hunk.span)} now" if hunk.lines else
-                 f"where the change removed lines, before line {hunk.start}, now")
-        block = (f"\n{hunk.path}, {where}"
-                 f"{' (the lines around unchanged)' if file else ''}:\n{_fence(now)}\n"
-                 f"at {regression.base}:\n{_fence(was)}")
-        if used + len(block) > limit and used > len(parts[0]):
-            parts.append(f"\n[... {len(regression.culprits) - len(parts) + 1} more hunk(s) "
-                         "left out]")
+        was = "\n".join(hunk.base_lines) or "(nothing: the change added them)"
+        where = (f"{_lines_word(hunk.span)}" if hunk.lines else
+                 f"where the change removed lines, before line {hunk.start}")
+        block = (f"\n{hunk.path}, {where}, now"
+                 f"{' (with the lines around)' if file else ''}:\n{_fence(now)}\n"
+                 f"before the change:\n{_fence(was)}")
+        if used + len(block) > limit and number:
+            parts.append(f"\n[... {len(regression.culprits) - number} more hunk(s) of the "
+                         "culprit left out; the diff above has them]")
             break
         if used + len(block) > limit:
             block = block[:limit - used].rsplit("\n", 1)[0] + "\n```"
@@ -421,18 +420,28 @@ def culprit_text(regression: Regression, change: Change | None = None,
 
 
 #: Unchanged lines shown around each culprit hunk.
-CONTEXT = 2
+CONTEXT = 1
 
 
 def _around(text: str | None, start: int, end: int, lines: Sequence[str]) -> str:
-    """Lines ``start``..``end`` of ``text`` with :data:`CONTEXT` lines each side (where
-    nothing is, the lines around the place), or just ``lines`` without the text."""
+    """Lines ``start``..``end`` of ``text`` with :data:`CONTEXT` lines each side, out to
+    the nearest line with text on it (where nothing is, the lines around the place), or
+    just ``lines`` without the text."""
     if text is None:
         return "\n".join(lines) or "(nothing here)"
     rows = text.splitlines()
-    before = rows[max(0, start - 1 - CONTEXT):start - 1]
-    after = rows[max(end, start - 1):max(end, start - 1) + CONTEXT]
-    return "\n".join([*before, *lines, *after])
+    first, last = start - 1, max(end, start - 1)  # the hunk is rows[first:last]
+    low = first
+    while low > 0:  # back to a line with text on it
+        low -= 1
+        if first - low >= CONTEXT and rows[low].strip():
+            break
+    high = last
+    while high < len(rows):
+        high += 1
+        if high - last >= CONTEXT and rows[high - 1].strip():
+            break
+    return "\n".join([*rows[low:first], *lines, *rows[last:high]])
 
 
 def _fence(text: str) -> str:
