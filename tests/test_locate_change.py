@@ -119,8 +119,9 @@ def _group(root: Path, located: tuple[Located, ...]) -> BugGroup:
 def test_with_change_makes_changed_files_editable_and_ranks_what_it_touched_first(
     tmp_path: Path,
 ) -> None:
-    """The culprit's definition at the kernel's score, pinned; the other touched ones
-    pinned just below, a few at most; reach's ranking otherwise kept."""
+    """The culprit's definition above the kernel, the kernel pinned below it; the other
+    touched ones pinned just below the kernel, a few at most; reach's ranking otherwise
+    kept."""
     names = [f"f{i}" for i in range(MAX_PINNED_TOUCHED + 2)]
     module = "".join(f"def {name}():\n    return {i}\n\n\n" for i, name in enumerate(names))
     current = module
@@ -144,8 +145,10 @@ def test_with_change_makes_changed_files_editable_and_ranks_what_it_touched_firs
     assert all(7.0 < ranked[name].score < 10.0 for name in names)
     culprit = change.source_hunks[-1]
     group = with_change(_group(tmp_path, located), change, project, [culprit])
-    top = {item.qualname: item for item in group.located}[names[-1]]
-    assert top.score == 10.0 and top.pinned and "revert" in top.why
+    ranked = {item.qualname: item for item in group.located}
+    top = ranked[names[-1]]
+    assert group.located[0] == top and top.pinned and "revert" in top.why
+    assert ranked["k"].pinned and ranked["k"].score == 10.0  # the kernel gives way to it
 
 
 def _regression(hunks: tuple[Hunk, ...]) -> Regression:

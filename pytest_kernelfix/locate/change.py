@@ -254,9 +254,9 @@ def changed_editable(change: Change, project: Project) -> tuple[str, ...]:
 def with_change(group: BugGroup, change: Change, project: Project,
                 culprits: Sequence[Hunk] = ()) -> BugGroup:
     """``group`` with the change's files editable and the definitions it touched ranked
-    first: the culprit's definitions at the launched kernels' score (shown whatever the
-    budget), the first others touched pinned just below, the rest ranked above everything
-    reach found but free to give way.
+    first: the culprit's definitions above the launched kernels (shown whatever the
+    budget; the kernels stay pinned), the first others touched pinned just below the
+    kernels, the rest ranked above everything reach found but free to give way.
 
     Files: the culprit's first, then the group's own, then the changed files closest to
     them (same folder first), at most :data:`MAX_CHANGED_FILES` more.
@@ -285,9 +285,12 @@ def with_change(group: BugGroup, change: Change, project: Project,
         touched += [(path, name) for name in touched_definitions(text.hunks, text.current)
                     if (path, name) not in culprit_keys]
     why = f"changed since {change.base}"
+    if culprit_keys:  # the launched kernels give way to the culprit, not to the rest
+        ranked.update((key, replace(item, pinned=True)) for key, item in ranked.items()
+                      if item.score >= top)
     for key in culprit_keys:
-        ranked[key] = Located(*key, top, "reverting its changed lines alone makes the test "
-                              "pass", jit=_jit(ranked.get(key)), pinned=True)
+        ranked[key] = Located(*key, top + 1, "reverting its changed lines alone makes the "
+                              "test pass", jit=_jit(ranked.get(key)), pinned=True)
     for number, key in enumerate(touched):
         old = ranked.get(key)
         pinned = number < MAX_PINNED_TOUCHED
