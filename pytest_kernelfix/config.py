@@ -178,8 +178,9 @@ def _ini_default(option: Option) -> Any:
     return ""
 
 
-def _convert(option: Option, value: Any) -> Any:
-    """Turn a CLI, env or ini value into the option's type, with a clear error."""
+def _convert(option: Option, value: Any, where: str = "") -> Any:
+    """Turn a CLI, env or ini value into the option's type, with a clear error that
+    names where the value came from (``where``: an environment variable's name)."""
     try:
         if option.kind == "int":
             number = int(str(value).strip())
@@ -230,25 +231,43 @@ def _convert(option: Option, value: Any) -> Any:
             "choice": " | ".join(option.choices),
             "workers": "auto or a whole number >= 1",
         }.get(option.kind, "a string")
+        given = f"{where} ({option.flag} / ini {option.name})" if where else (
+            f"{option.flag} / ini {option.name}")
         raise pytest.UsageError(
-            f"kernelfix: invalid value {value!r} for {option.flag} / ini {option.name}: "
-            f"expected {expected}"
+            f"kernelfix: invalid value {value!r} for {given}: expected {expected}"
         ) from None
 
 
 def resolve(config: pytest.Config, name: str, namespace: Any = None) -> Any:
     """The value of one option: CLI first, then environment, then ini, then default."""
     option = _BY_NAME[name]
-    space = namespace if namespace is not None else config.option
-    cli = getattr(space, option.dest, None)
-    if cli is not None:
-        return _convert(option, cli)
-    if option.env and os.environ.get(option.env, "").strip():
-        return _convert(option, os.environ[option.env])
-    ini = config.getini(option.name)
-    if isinstance(ini, str) and not ini.strip():
+    where = origin(config, name, namespace)
+    if where == option.flag:
+        return _convert(option, getattr(namespace if namespace is not None else config.option,
+                                        option.dest))
+    if where == option.env:
+        return _convert(option, os.environ[option.env], option.env)
+    if where == "default":
         return option.default
-    return _convert(option, ini)
+    return _convert(option, config.getini(option.name))
+
+
+def origin(config: pytest.Config, name: str, namespace: Any = None) -> str:
+    """Where an option's value comes from, as a message names it: the flag
+    (``--kernelfix-model``), the environment variable (``KERNELFIX_MODEL``), the ini key
+    (``ini kernelfix_model``) or ``default``."""
+    option = _BY_NAME[name]
+    space = namespace if namespace is not None else config.option
+    if getattr(space, option.dest, None) is not None:
+        return option.flag
+    if option.env and os.environ.get(option.env, "").strip():
+        return option.env
+    ini = config.getini(option.name)
+    if isinstance(ini, str):
+        unset = not ini.strip()
+    else:  # a bool ini reads as its default when unset; a list, as empty
+        unset = ini == _ini_default(option) if option.kind == "bool" else not ini
+    return "default" if unset else f"ini {option.name}"
 
 
 def cli_given(config: pytest.Config, name: str, namespace: Any = None) -> bool:
@@ -290,6 +309,14 @@ class Settings:
     save_prompts: bool = True
     redact_env: tuple[str, ...] = ()
     base: str = "auto"
+    #: Where each option's value came from (see :func:`origin`), by option name.
+    origins: tuple[tuple[str, str], ...] = ()
+
+    def origin(self, name: str) -> str:
+        """How a message names the source of option ``name``'s value: its flag, its
+        environment variable or its ini key (the flag when not known)."""
+        found = dict(self.origins).get(name, "default")
+        return _BY_NAME[name].flag if found == "default" else found
 
     @property
     def cache_root(self) -> Path:
@@ -341,6 +368,8 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         save_prompts=bool(value("kernelfix_save_prompts")),
         redact_env=tuple(value("kernelfix_redact_env").replace(",", " ").split()),
         base=value("kernelfix_base") or "auto",
+        origins=tuple((option.name, origin(config, option.name, namespace))
+                      for option in OPTIONS),
     )
 
 

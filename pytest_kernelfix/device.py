@@ -74,6 +74,12 @@ def distributes(options: object) -> bool:
     return bool(getattr(options, "tx", None) and getattr(options, "dist", "no") != "no")
 
 
+def remote_workers(options: object) -> bool:
+    """Whether xdist runs tests on other machines (``--tx ssh=...``, ``socket=...``)."""
+    specs = getattr(options, "tx", None) or ()
+    return any(not str(spec).split("*", 1)[-1].startswith("popen") for spec in specs)
+
+
 def is_xdist_controller(config: pytest.Config) -> bool:
     """A configured session that hands every test to xdist workers.
 

@@ -105,16 +105,23 @@ def _device(config: pytest.Config, requested: str) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     settings = kernelfix_config.load_settings(config)
-    if not settings.heal or _in_rerun():
+    # settings.device is "cuda" only when asked for (CLI or ini): checked without healing too
+    if not (settings.heal or settings.device == "cuda") or _in_rerun():
         return
     device = _device(config, settings.device)
     from pytest_kernelfix import redact
 
     redact.listed(settings.redact_env)
     if not hasattr(config, "workerinput"):  # once per session, before any test runs
+        from pytest_kernelfix.device import remote_workers
         from pytest_kernelfix.session import preflight
 
-        preflight.check(settings, device, warn=config.issue_config_time_warning)
+        if not remote_workers(config.option):  # their GPUs are not this machine's
+            preflight.check_device(settings)
+        if settings.heal:
+            preflight.check(settings, device, warn=config.issue_config_time_warning)
+    if not settings.heal:
+        return
     notes: list[str] = []
     from pytest_kernelfix.device import is_xdist_controller
 

@@ -69,7 +69,13 @@ class Raw:
     content_type: str = "application/json"
 
 
-Action = Reply | Status | Delay | Raw
+@dataclass(frozen=True)
+class Hangup:
+    """Drop the connection unanswered and stop listening: the server is gone, as when a
+    model server crashes mid-session (later connections are refused)."""
+
+
+Action = Reply | Status | Delay | Raw | Hangup
 
 
 def answer(content: str, **usage: Any) -> Reply:
@@ -98,6 +104,7 @@ class FakeLLM:
         self._actions: deque[Action] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._closed = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -121,6 +128,10 @@ class FakeLLM:
         return self
 
     def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._closing.set()
         self._server.shutdown()
         self._server.server_close()
@@ -167,6 +178,11 @@ def _handler_for(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 if fake._closing.wait(action.seconds):
                     return
                 action = action.then
+            if isinstance(action, Hangup):
+                self.close_connection = True
+                threading.Thread(target=fake.close, daemon=True).start()
+                fake._closing.wait(5)  # listening stops before the client tries again
+                return
             if isinstance(action, Status):
                 error = {"message": action.message, "type": "fake_error", "code": action.code}
                 self._send(action.code, {"error": error}, action.headers)

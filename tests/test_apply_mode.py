@@ -46,6 +46,8 @@ def test_apply_writes_atomically_keeps_the_mode_and_the_original(
 
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # the failed test stays failed
     result.stdout.fnmatch_lines(["*written to the working tree: kernels/k1.py*"])
+    assert "git apply" not in result.stdout.str()  # the patch is in the tree already
+    assert "git apply" not in (root / ".kernelfix" / "report.md").read_text()
     assert kernel.read_text() == HEALED
     assert stat.S_IMODE(kernel.stat().st_mode) == 0o640
     assert kernel.stat().st_ino != inode  # a new file replaced the old one in one step

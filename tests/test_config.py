@@ -186,6 +186,32 @@ def test_rounds_below_one_in_the_ini_file_get_the_command_line_message(
             "expected a whole number >= 1") in result.stderr.str()
 
 
+def test_each_setting_knows_where_it_came_from(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages name the source of a value: the flag, the variable or the ini key."""
+    from pytest_kernelfix.config import load_settings
+
+    monkeypatch.setenv("KERNELFIX_MODEL", "openai/m")
+    monkeypatch.setenv("KERNELFIX_WORKERS", "")  # empty: unset
+    pytester.makeini("[pytest]\nkernelfix_rounds = 2\nkernelfix_save_prompts = false\n")
+    settings = load_settings(pytester.parseconfig("--kernelfix-timeout=5"))
+    origins = dict(settings.origins)
+    assert (origins["kernelfix_model"], origins["kernelfix_rounds"]) == (
+        "KERNELFIX_MODEL", "ini kernelfix_rounds")
+    assert (origins["kernelfix_timeout"], origins["kernelfix_workers"]) == (
+        "--kernelfix-timeout", "default")
+    assert origins["kernelfix_save_prompts"] == "ini kernelfix_save_prompts"
+    assert origins["kernelfix_cuda_shim"] == "default"
+    assert settings.origin("kernelfix_workers") == "--kernelfix-workers"  # unset: the flag
+    monkeypatch.setenv("KERNELFIX_WORKERS", "zero")
+    with pytest.raises(pytest.UsageError) as info:
+        load_settings(pytester.parseconfig())
+    assert str(info.value) == ("kernelfix: invalid value 'zero' for KERNELFIX_WORKERS "
+                               "(--kernelfix-workers / ini kernelfix_workers): expected auto "
+                               "or a whole number >= 1")
+
+
 def test_bad_device_choice_is_rejected(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--kernelfix-device=tpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -13,6 +13,7 @@ import json
 import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 import pytest
 import test_layering as layering
 import yaml
-from kernel_project import make_project, report_of
+from factories import make_settings
+from kernel_project import git_init, git_status, make_project, report_of
 
 from pytest_kernelfix.config import FLAGS, OPTIONS, Option
 from pytest_kernelfix.engine.parse import parse_modifications
@@ -233,6 +235,12 @@ def test_the_ci_job_has_every_step_a_newcomer_needs_in_order() -> None:
     assert "--kernelfix" in shlex.split(tests["run"])
     assert "if" not in tests
     assert upload["with"]["path"].rstrip("/") == REPORT_DIR
+    # .kernelfix is hidden: upload-artifact@v4 (from v4.4) skips it unless told, and a lost
+    # upload must fail the step, not pass as a warning
+    assert upload["with"]["include-hidden-files"] is True
+    assert upload["with"].get("if-no-files-found", "warn") == "error"
+    assert f"hashFiles('{REPORT_DIR}/report.json') != ''" in upload["if"]
+    assert isinstance(job["timeout-minutes"], int) and 0 < job["timeout-minutes"] <= 360
     rdjson = f"{REPORT_DIR}/{SUGGESTIONS_FILE}"
     assert "-f=rdjson" in reviewdog["run"] and f"< {rdjson}" in reviewdog["run"]
     for step in (save, upload, reviewdog_setup, reviewdog):  # wanted most when tests fail
@@ -353,18 +361,58 @@ def evaluated(value: object) -> str:
     return text
 
 
-@pytest.mark.slow
+def condition_holds(condition: str, root: Path, event: str = "pull_request") -> bool:
+    """A step's ``if:`` as the runner evaluates it after a failed step: the expressions
+    the job uses (``always()``, ``hashFiles('path') != ''``, the event name), joined by
+    ``&&``."""
+    holds = True
+    for term in (part.strip() for part in condition.split("&&")):
+        found = re.fullmatch(r"hashFiles\('([^']+)'\) != ''", term)
+        if term == "always()":
+            continue
+        if found:
+            holds &= any(root.glob(found.group(1)))
+        elif (name := re.fullmatch(r"github\.event_name == '(\w+)'", term)) is not None:
+            holds &= name.group(1) == event
+        else:
+            raise AssertionError(f"an expression this test cannot evaluate: {term}")
+    return holds
+
+
+def uploaded(step: Mapping[str, Any], root: Path) -> dict[str, Path]:
+    """What ``actions/upload-artifact@v4`` puts in the artifact: the files under ``path``
+    (relative to it), hidden ones (a name starting with a dot, anywhere in the path) only
+    with ``include-hidden-files``; an empty artifact fails only with
+    ``if-no-files-found: error``."""
+    base = root / step["with"]["path"]
+    hidden_ok = step["with"].get("include-hidden-files") is True
+    files = {}
+    for path in sorted(base.rglob("*")):
+        hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
+        if path.is_file() and (hidden_ok or not hidden):
+            files[path.relative_to(base).as_posix()] = path
+    if not files:
+        assert step["with"].get("if-no-files-found", "warn") == "error", (
+            "the artifact is empty and nothing says so")
+    return files
+
+
 def test_the_ci_jobs_pytest_step_runs_as_documented(pytester: pytest.Pytester,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job's test step, run as the runner would on a project with a broken kernel:
-    the step fails, the plugin heals, fills the step summary once and leaves what the
-    artifact and reviewdog steps read."""
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """The job's test step, run as the runner would on a project with a broken kernel and
+    no ``kernel`` marker: the step fails, the plugin heals, fills the step summary once and
+    leaves what the artifact and reviewdog steps read; the artifact, downloaded, applies
+    as the page says."""
     job = ci_job()
     tests = step_running(job, r"^pytest ")
-    make_project(pytester, "tanh")  # recipes heal it: what a run without the secret uses
+    kernel = make_project(pytester, "tanh")  # recipes heal it: a run without the secret
+    test_file = pytester.path / "tests" / "test_ops.py"
+    test_file.write_text(test_file.read_text().replace("@pytest.mark.kernel\n", ""))
+    git_init(pytester.path)
     for name, value in {**job["env"], **tests.get("env", {})}.items():
         monkeypatch.setenv(name, evaluated(value))
-    summary = pytester.path / "step-summary.md"
+    summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv(SUMMARY_ENV, str(summary))
 
@@ -387,7 +435,102 @@ def test_the_ci_jobs_pytest_step_runs_as_documented(pytester: pytest.Pytester,
     assert [d["location"]["path"] for d in suggestions["diagnostics"]] == ["kernels/ops.py"]
     cache = pytester.path / job["env"][CACHE_ENV]  # what the cache steps save and restore
     assert cache.is_dir() and any(cache.iterdir())
+    untracked = git_status(pytester.path)  # the cache dir keeps out of it, as the reports
+    assert (cache / ".gitignore").is_file() and job["env"][CACHE_ENV] not in untracked
+    assert REPORT_DIR + "/" not in untracked
     assert not (report_dir / "cache").exists()
+
+    # the upload step runs, and the artifact holds the reports and the patch
+    (save,) = steps_using(job, "actions/cache/save")
+    assert condition_holds(upload["if"], pytester.path)
+    assert condition_holds(save["if"], pytester.path)
+    artifact = uploaded(upload, pytester.path)
+    assert {"report.md", "report.json", SUGGESTIONS_FILE, bug["patch"]} <= set(artifact)
+    # a reviewer downloads it and applies the patch as the page says
+    download = tmp_path / "kernelfix-artifact"
+    for name, path in artifact.items():
+        (download / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, download / name)
+    (how,) = [block for block in code_blocks(text_of(DOCS / "ci.md"), "sh")
+              if "gh run download" in block]
+    (apply_line,) = [line for line in how.splitlines() if line.startswith("git apply")]
+    command = shlex.split(apply_line.replace("<bug id>", bug["id"]).replace(
+        "kernelfix-artifact/", f"{download}/"))
+    subprocess.run(command, cwd=pytester.path, check=True, capture_output=True)
+    assert "tl.tanh" not in kernel.read_text()
+    # a green run: nothing is uploaded (the step is skipped, not failed)
+    shutil.rmtree(report_dir)
+    assert not condition_holds(upload["if"], pytester.path)
+
+
+def test_a_ci_job_without_hidden_files_would_upload_nothing(tmp_path: Path) -> None:
+    """What the upload check guards against: the report dir is hidden."""
+    (tmp_path / REPORT_DIR).mkdir()
+    (tmp_path / REPORT_DIR / "report.md").write_text("# kernelfix report\n")
+    step = {"with": {"path": f"{REPORT_DIR}/", "if-no-files-found": "ignore"}}
+    with pytest.raises(AssertionError, match="the artifact is empty"):
+        uploaded(step, tmp_path)
+    step["with"]["include-hidden-files"] = True
+    assert set(uploaded(step, tmp_path)) == {"report.md"}
+
+
+# -- every message the docs quote is the code's own -------------------------------------------
+
+
+def quoted_messages() -> set[str]:
+    """The plugin's errors and start-up warnings as the docs quote them: the lines (in code
+    blocks, indented ones in lists too) that start ``ERROR: kernelfix:`` or
+    ``PytestConfigWarning: kernelfix:``."""
+    found = set()
+    for page in PAGES:
+        found |= {line.strip() for line in text_of(page).splitlines() if line.strip().startswith(
+            ("ERROR: kernelfix:", "PytestConfigWarning: kernelfix:"))}
+    return found
+
+
+def produced_messages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> set[str]:
+    """The same messages, made by the code that prints them, with the settings the docs
+    describe."""
+    from pytest_kernelfix.config import _convert
+    from pytest_kernelfix.session import preflight
+
+    for name in ("OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    errors: list[str] = []
+    warned: list[str] = []
+
+    def refused(call: Any, *args: Any, **kwargs: Any) -> None:
+        with pytest.raises(pytest.UsageError) as info:
+            call(*args, **kwargs)
+        errors.append(str(info.value))
+
+    def warn(warning: Warning, stacklevel: int) -> None:
+        warned.append(f"{type(warning).__name__}: {warning}")
+
+    refused(_convert, BY_NAME["kernelfix_rounds"], "three")
+    refused(preflight.check_litellm_model, "openai/gpt-4o", "")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "")
+    refused(preflight.check_litellm_model, "anthropic/claude-sonnet-4-5", "",
+            source="KERNELFIX_MODEL")
+    refused(preflight.check_litellm_model, "openai/", "", source="KERNELFIX_MODEL")
+    monkeypatch.setenv("OPENAI_API_BASE", "http://localhost:8000/v1")
+    refused(preflight.check_litellm_model, "openai/qwen2.5-coder", "",
+            probe=lambda url: "connection refused")
+    settings = make_settings(tmp_path, device="cuda")
+    refused(preflight.check_device, settings, lambda: (
+        "torch 2.13.0+cpu sees no CUDA GPU on this machine (torch.cuda.is_available() is "
+        "False)"))
+    preflight.check_priced("openai/my-model", "--kernelfix-max-cost 2", warn)
+    return {f"ERROR: {error}" for error in errors} | set(warned)
+
+
+def test_every_message_the_docs_quote_is_the_one_the_code_prints(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    quoted = quoted_messages()
+    assert len(quoted) >= 4
+    unknown = quoted - produced_messages(monkeypatch, tmp_path)
+    assert not unknown, f"the docs quote messages the code does not print: {sorted(unknown)}"
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_llm import Delay, FakeLLM, Reply, Status, closed_port_url, empty, huge, malformed
+from fake_llm import Delay, FakeLLM, Reply, Status, empty, huge, malformed
 from hostile.project import expected_rerun_mode, fix_answer, report, rerun_mode, write_project
 
 BASE = ("-p", "no:randomly", "-p", "no:cacheprovider")
@@ -98,28 +98,6 @@ def test_unreadable_answers_use_up_rounds_and_a_good_one_still_heals(
         "1 failing test(s) pass; the tests fail once the kernel's output is poisoned")
     assert len(fake_llm.requests) == 8
     assert rerun_mode(pytester.path) == expected_rerun_mode()
-
-
-@pytest.mark.slow
-def test_connection_refused_and_a_failing_hook(pytester: pytest.Pytester) -> None:
-    write_project(pytester.path, "k1", "k2")
-    pytester.makeconftest(
-        """
-        def pytest_kernelfix_propose(request, config):
-            if request.context.group_id.startswith("k2"):
-                raise RuntimeError("hook exploded")
-            return None
-        """
-    )
-    result = pytester.runpytest_subprocess(
-        *heal_args(closed_port_url(), "--kernelfix-llm-retries=1"), timeout=300)
-
-    assert result.ret == without_plugin(pytester) == pytest.ExitCode.TESTS_FAILED
-    bugs = report(pytester.path)
-    assert bugs["k1"]["status"] == "unhealed"
-    assert "connection failed after 2 attempts" in bugs["k1"]["reason"]
-    assert bugs["k2"]["status"] == "unhealed"
-    assert bugs["k2"]["reason"] == "round 1: the fixer failed: RuntimeError: hook exploded"
 
 
 def test_a_green_session_is_left_alone(pytester: pytest.Pytester, fake_llm: FakeLLM) -> None:

@@ -122,6 +122,24 @@ def test_a_second_session_is_answered_from_the_cache_for_free(tmp_path: Path) ->
     assert fresh.calls == 1
 
 
+def test_a_round_that_only_asked_for_code_is_cached_too(tmp_path: Path) -> None:
+    """A "need" answer was paid for like any other: a re-run gets it from the cache."""
+    need = json.dumps({"analysis": "I need the helper", "modifications": [],
+                       "need": ["kernels/act.py:silu"]})
+    declined = json.dumps({"analysis": "x", "modifications": [],
+                           "not_a_kernel_bug": "the test expects float64"})
+    for raw in (need, declined):
+        live = Counting(raw)
+        first = caching(live, tmp_path / str(len(raw)), model="openai/m", api_base=None,
+                        prompts_dir=None).propose(sample_request())
+        again = Counting("never used")
+        hit = caching(again, tmp_path / str(len(raw)), model="openai/m", api_base=None,
+                      prompts_dir=None).propose(sample_request())
+        assert live.calls == 1 and again.calls == 0
+        assert (hit.need, hit.not_a_kernel_bug) == (first.need, first.not_a_kernel_bug)
+        assert hit.usage == Usage(cache_hits=1)
+
+
 def test_unreadable_answers_are_not_stored_and_bad_entries_are_misses(tmp_path: Path) -> None:
     garbled = Counting("Sorry, I cannot help with that.")
     fixer = caching(garbled, tmp_path, model="openai/m", api_base=None, prompts_dir=None)
@@ -187,11 +205,14 @@ def test_a_rerun_of_the_same_red_commit_is_answered_from_the_cache(
     args = ("-p", "no:cacheprovider", "--kernelfix", "--kernelfix-model=openai/fake-model",
             f"--kernelfix-api-base={fake_llm.url}", f"--kernelfix-cache-dir={ci_cache}")
 
+    said: list[str] = []
+
     def session(*more: str) -> dict:  # type: ignore[type-arg]
         result = pytester.runpytest_subprocess(*args, *more, timeout=600)
         result.assert_outcomes(failed=1)
         (bug,) = report_of(pytester.path)["bugs"]
         assert bug["status"] == "healed", bug["reason"]
+        said.append(result.stdout.str())
         return report_of(pytester.path)
 
     fake_llm.script(Reply(almost), Reply(better))
@@ -207,6 +228,8 @@ def test_a_rerun_of_the_same_red_commit_is_answered_from_the_cache(
     assert [r["cached"] for r in bug["round_details"]] == [True, True]
     assert (bug["calls"], bug["prompt_tokens"], bug["cost"], bug["cache_hits"]) == (0, 0, 0, 2)
     assert second["totals"]["cache_hits"] == 2 and second["totals"]["calls"] == 0
+    assert "answered from the answer cache" not in said[0]
+    assert said[1].count("answered from the answer cache, no call") == 2  # said as it happens
     markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
     assert "2 answer(s) from the cache (free)" in markdown and "cached;" in markdown
 

@@ -11,6 +11,7 @@ from fake_llm import (
     GELU_ANSWER,
     Delay,
     FakeLLM,
+    Hangup,
     Reply,
     Status,
     answer,
@@ -24,7 +25,14 @@ from fake_llm import (
 from pytest_kernelfix.fixers.answer import MAX_ANSWER_CHARS
 from pytest_kernelfix.fixers.base import FixerError
 from pytest_kernelfix.fixers.factory import build_fixer
-from pytest_kernelfix.fixers.llm import LLMFixer, import_litellm
+from pytest_kernelfix.fixers.llm import (
+    LITELLM_LOGGERS,
+    Endpoint,
+    LLMFixer,
+    import_litellm,
+    quiet_logging,
+    resolve_endpoint,
+)
 from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.fixers.recipes import RecipeFixer
 from pytest_kernelfix.fixers.replay import RecordingFixer, ReplayFixer
@@ -121,9 +129,75 @@ def test_a_timeout_is_retried(fake_llm: FakeLLM) -> None:
 
 
 def test_connection_refused() -> None:
-    fixer = LLMFixer(MODEL, api_base=closed_port_url(), num_retries=0, extra={"api_key": KEY})
-    with pytest.raises(FixerError, match=r"fake-model: connection failed after 1 attempt"):
+    url = closed_port_url()
+    fixer = LLMFixer(MODEL, api_base=url, num_retries=0, extra={"api_key": KEY})
+    with pytest.raises(FixerError, match=r"fake-model: connection failed after 1 attempt") as info:
         fixer.propose(sample_request())
+    assert f"after 1 attempt to {url}: " in str(info.value)  # which server, by its URL
+    assert info.value.ends_session  # no later request can do better
+
+
+def test_a_server_that_goes_away_ends_the_session_after_its_retries(fake_llm: FakeLLM) -> None:
+    fake_llm.script(Hangup())
+    with pytest.raises(FixerError) as info:
+        fixer_for(fake_llm, num_retries=1).propose(sample_request())
+    assert str(info.value).startswith(
+        f"litellm:openai/fake-model: connection failed after 2 attempts to {fake_llm.url}: ")
+    assert info.value.ends_session and len(fake_llm.requests) == 1  # the retry was refused
+
+
+@pytest.mark.parametrize(("status", "ends"), [(401, True), (404, True), (429, False),
+                                              (500, False)])
+def test_only_failures_every_later_call_would_repeat_end_the_session(
+    fake_llm: FakeLLM, status: int, ends: bool
+) -> None:
+    fake_llm.script(Status(status))
+    with pytest.raises(FixerError) as info:
+        fixer_for(fake_llm).propose(sample_request())
+    assert info.value.ends_session is ends
+
+
+def test_an_endpoint_set_only_by_the_providers_variable_is_the_one_called(
+    fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """OPENAI_API_BASE alone, as litellm reads it: called without a key (a local server),
+    and the answer cache is keyed on it."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "KERNELFIX_API_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_BASE", fake_llm.url)
+    assert resolve_endpoint(MODEL) == Endpoint(fake_llm.url, "OPENAI_API_BASE")
+    assert resolve_endpoint(MODEL, "http://h/v1", "KERNELFIX_API_BASE") == Endpoint(
+        "http://h/v1", "KERNELFIX_API_BASE")  # the plugin's own setting wins
+    assert resolve_endpoint("anthropic/claude-sonnet-4-5") == Endpoint()  # its public API
+    fake_llm.script(answer(GELU_ANSWER))
+    fixer = build_fixer(MODEL, cache_dir=tmp_path, num_retries=0)
+    assert fixer.identity["api_base"] == fake_llm.url  # type: ignore[attr-defined]
+    assert len(fixer.propose(sample_request()).modifications) == 1
+    assert fake_llm.headers[0]["Authorization"] == "Bearer EMPTY"
+    monkeypatch.setenv("OPENAI_API_BASE", "http://another-server:8000/v1")
+    other = build_fixer(MODEL, cache_dir=tmp_path, num_retries=0)
+    assert other.identity["api_base"] == "http://another-server:8000/v1"  # type: ignore[attr-defined]
+
+
+def test_litellms_own_logging_is_quiet_unless_asked_for() -> None:
+    import logging
+
+    import_litellm()
+    loggers = [logging.getLogger(name) for name in LITELLM_LOGGERS]
+    assert all(logger.level == logging.WARNING for logger in loggers)
+    saved = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.NOTSET)
+        quiet_logging({"LITELLM_LOG": "INFO"})  # litellm's own switch: left as set
+        assert all(logger.level == logging.NOTSET for logger in loggers)
+        loggers[0].setLevel(logging.DEBUG)  # a level a conftest chose is kept
+        quiet_logging({})
+        assert [logger.level for logger in loggers] == [logging.DEBUG, logging.WARNING,
+                                                        logging.WARNING]
+    finally:
+        for logger, level in zip(loggers, saved, strict=True):
+            logger.setLevel(level)
 
 
 def test_authentication_errors_are_not_retried_and_never_show_the_key(
@@ -183,6 +257,16 @@ def test_unreadable_answers_become_parse_errors(
     assert proposal.modifications == ()
     assert proposal.raw == (reply.content or "")
     assert proposal.usage.calls == 1
+
+
+def test_a_decline_written_only_in_the_analysis_is_read_as_one(fake_llm: FakeLLM) -> None:
+    text = json.dumps({"analysis": "This is not a kernel bug: the test compares against a "
+                                   "float64 reference with an fp16 tolerance.",
+                       "modifications": []})
+    fake_llm.script(answer(text))
+    proposal = fixer_for(fake_llm).propose(sample_request())
+    assert proposal.not_a_kernel_bug.startswith("This is not a kernel bug: the test compares")
+    assert proposal.declined and not proposal.parse_error
 
 
 def test_an_answer_without_edits_or_request_is_read_as_declining(fake_llm: FakeLLM) -> None:

@@ -6,6 +6,7 @@ by behaviour, exactly as the sandbox rerun judges it in the plugin.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -376,6 +377,33 @@ def test_an_answer_that_says_not_a_kernel_bug_ends_the_bug_as_declined() -> None
                              "wrong shape")
     assert result.rounds[0].outcome == "not a kernel bug: the test expects the wrong shape"
     assert fixer.answers == [] and len(fixer.requests) == 1  # no second, identical call
+
+
+@pytest.mark.parametrize("analysis", [
+    "This is not a kernel bug: the test compares with a float64 reference.",
+    "Not a Triton kernel bug; the reference is computed in the wrong dtype.",
+    "The failure is not a bug in the kernel but in the test's tolerance.",
+    "not_a_kernel_bug: the expected shape is wrong",
+])
+def test_a_decline_written_only_in_the_analysis_costs_one_call(analysis: str) -> None:
+    """No ``not_a_kernel_bug`` field, an empty edit list, the decline in words: the bug
+    ends as declined after that answer, not after a second identical one."""
+    from pytest_kernelfix.fixers.answer import read_answer
+
+    raw = json.dumps({"analysis": analysis, "modifications": []})
+    fixer = Scripted(*[read_answer(raw, usage=Usage(calls=1), source="scripted")] * 2)
+    verify, seen = running(multiplies)
+    result = heal(context("ops/scale.py"), ORIGINALS, fixer=fixer, verify=verify, rounds=3)
+    assert result.status == DECLINED and len(fixer.requests) == 1 and seen == []
+    assert result.reason == ("the model says this is not a kernel bug: "
+                             + " ".join(analysis.split()))
+
+
+def test_no_edit_with_the_kernel_said_right_is_asked_again() -> None:
+    from pytest_kernelfix.fixers.answer import read_answer
+
+    raw = '{"analysis": "The kernel looks right to me.", "modifications": []}'
+    assert read_answer(raw, usage=Usage(), source="m").not_a_kernel_bug == ""
 
 
 def test_a_mask_is_fed_back_and_kept_for_review_when_nothing_better_comes() -> None:

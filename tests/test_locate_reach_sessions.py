@@ -247,19 +247,32 @@ def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple[str, ...]
 ) -> None:
     monkeypatch.setenv("KERNELFIX_TEST_BUG", make_split_project(pytester.path, "kernel"))
+    summary = pytester.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix", "-q",
                                            *xdist)
     result.assert_outcomes(failed=2)
     assert "kernelfix: healing" not in result.stdout.str()
-    assert not (pytester.path / ".kernelfix").exists()
     result.stdout.fnmatch_lines([  # even under -q: the failures were not forgotten
         "*= kernelfix =*",
         "2 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
         "kernel), first tests/test_gated.py::test_gated[[]*[]]",
-        "  to heal them: --kernelfix-select kernel,launched (2 of them launched a Triton "
-        "kernel of the project), a nodeid glob, as in --kernelfix-select "
-        "'kernel,tests/test_gated.py::[*]' or @pytest.mark.kernel on the tests",
+        "  to heal them: --kernelfix-select kernel,launched (or kernelfix_select = "
+        "kernel,launched in the ini file; 2 of them launched a Triton kernel of the project), "
+        "a nodeid glob, as in --kernelfix-select 'kernel,tests/test_gated.py::[*]' or "
+        "@pytest.mark.kernel on the tests",
+        "::notice title=kernelfix left 2 failing test(s) unselected::2 failing test(s) not "
+        "selected*%0ATo heal them: --kernelfix-select kernel,launched*",
     ])
+    # CI gets a summary all the same: nothing was healed, and how to opt in
+    report = report_of(pytester.path)
+    assert report["bugs"] == [] and report["unselected"]["count"] == 2
+    markdown = (pytester.path / ".kernelfix" / "report.md").read_text()
+    assert summary.read_text() == markdown
+    assert ("**Nothing was healed: no failing test was selected for healing.** Not selected "
+            "for healing: 2 failing test(s)") in markdown
+    assert "`kernelfix_select = kernel,launched` in the ini file" in markdown
 
 
 @pytest.mark.parametrize("xdist", [
@@ -285,7 +298,8 @@ def test_failures_a_glob_leaves_out_are_counted_beside_the_healed_bug(
     assert report["unselected"] == {
         "count": 1, "reasons": {"matched no glob": 1}, "launched_project_kernel": 1,
         "nodeids": ["tests/test_gated.py::test_gated[256]"], "select": ["*::test_gated?100?"],
-        "hint": "--kernelfix-select *::test_gated?100?,launched (1 of them launched a Triton "
+        "hint": "--kernelfix-select *::test_gated?100?,launched (or kernelfix_select = "
+                "*::test_gated?100?,launched in the ini file; 1 of them launched a Triton "
                 "kernel of the project) or a nodeid glob, as in --kernelfix-select "
                 "'*::test_gated?100?,tests/test_gated.py::*'",
     }

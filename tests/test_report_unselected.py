@@ -32,8 +32,9 @@ def test_the_summary_counts_them_with_the_reason_and_a_way_to_select_them() -> N
     assert unselected_lines(LEFT_OUT, ("kernel",)) == [
         "3 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
         "kernel), first tests/test_ops.py::test_gelu[1]",
-        "  to heal them: --kernelfix-select kernel,launched (2 of them launched a Triton "
-        "kernel of the project), a nodeid glob, as in --kernelfix-select "
+        "  to heal them: --kernelfix-select kernel,launched (or kernelfix_select = "
+        "kernel,launched in the ini file; 2 of them launched a Triton kernel of the project), "
+        "a nodeid glob, as in --kernelfix-select "
         "'kernel,tests/test_ops.py::*' or @pytest.mark.kernel on the tests",
     ]
     assert unselected_lines((), ("kernel",)) == []
@@ -67,7 +68,13 @@ def test_report_json_and_markdown_carry_them(tmp_path: Path) -> None:
     markdown = session_markdown(report)
     assert ("Not selected for healing: 3 failing test(s) not selected for healing (not marked "
             "kernel; `kernelfix_select = kernel`), first `tests/test_ops.py::test_gelu[1]`. "
-            "To heal them: `--kernelfix-select kernel,launched` (2 of them") in markdown
+            "To heal them: `--kernelfix-select kernel,launched` (or `kernelfix_select = "
+            "kernel,launched` in the ini file; 2 of them") in markdown
+    assert "Nothing was healed" not in markdown  # a bug was selected
+    alone = session_markdown(SessionReport((), tmp_path, tmp_path / ".kernelfix", "report",
+                                           "interpret", "recipes", 1.0, unselected=LEFT_OUT))
+    assert ("**Nothing was healed: no failing test was selected for healing.** Not selected "
+            "for healing: 3 failing test(s)") in alone
     lines = summary_lines(report, None)
     assert lines[1:3] == unselected_lines(LEFT_OUT, ("kernel",))  # after the bug's line
     nothing_left_out = session_json(SessionReport((bug,), tmp_path, tmp_path, "report",

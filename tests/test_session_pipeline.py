@@ -25,7 +25,9 @@ from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, 
 from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import SessionReport, summary_lines
+from pytest_kernelfix.report.artifacts import SessionReport, session_markdown, summary_lines
+from pytest_kernelfix.report.github import annotation
+from pytest_kernelfix.report.junit import bug_properties
 from pytest_kernelfix.report.publish import ReportFiles, publish
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
@@ -170,7 +172,7 @@ def test_the_report_says_what_the_model_was_shown_and_the_first_prompt_size(
     assert bug["first_prompt_tokens"] == math.ceil(bug["first_prompt_chars"] / 3.7)
     markdown = (root / ".kernelfix" / "report.md").read_text()
     assert f"~{bug['first_prompt_tokens']} tokens" in markdown
-    assert "Shown to the model: `kernels/ops.py`" in markdown
+    assert "Shown to the model in round 1: `kernels/ops.py`" in markdown
 
 
 def test_session_notes_reach_report_json_and_report_md(root: Path) -> None:
@@ -212,6 +214,59 @@ def test_apply_mode_writes_the_winner_into_the_tree(root: Path) -> None:
                                                           runner=FakeRunner()))
     assert report.bugs[0].applied == ("kernels/ops.py",)
     assert (root / "kernels" / "ops.py").read_text() == KERNEL.replace(BUG, FIX)
+    # the patch is in the tree already: no line tells anyone to apply it again
+    lines = "\n".join(summary_lines(report, None))
+    assert "git apply" not in lines and "written to the working tree: kernels/ops.py" in lines
+    markdown = session_markdown(report)
+    assert "git apply" not in markdown
+    assert (f"Written to the working tree: kernels/ops.py (the originals are in "
+            f"`.kernelfix/backup/{report.bugs[0].group.id}`)") in markdown
+
+
+def test_progress_names_the_fixer_and_says_when_the_cache_answered(root: Path) -> None:
+    from pytest_kernelfix.fixers.hook import HookFixer
+
+    class Cached(Answers):
+        name = "litellm:openai/m"
+
+    cached = replace(fix(), usage=Usage(cache_hits=1))
+    lines: list[str] = []
+    unhooked = HookFixer(lambda request: None, Cached(cached), hooked=False)
+    heal_session(inputs(root), Stages(fixer=unhooked, runner=FakeRunner(),
+                                      progress=lines.append))
+    said = [line.strip() for line in lines]
+    assert "round 1: asking litellm:openai/m" in said
+    assert any(line.startswith("round 1: answered from the answer cache, no call (")
+               for line in said)
+    hooked = HookFixer(lambda request: None, Cached(fix()), hooked=True)
+    assert hooked.name == "the hook, then litellm:openai/m"
+
+
+def test_a_fixer_that_loses_its_endpoint_stops_the_session_asking(root: Path) -> None:
+    """The first bug pays its retries; the bugs after it are not asked, with one reason."""
+    class Lost:
+        name = "litellm:openai/m"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def propose(self, request: ProposalRequest) -> Proposal:
+            self.calls += 1
+            raise FixerError("litellm:openai/m: connection failed after 3 attempts to "
+                             "http://127.0.0.1:9/v1: Connection error.", ends_session=True)
+
+    fixer = Lost()
+    session = replace(inputs(root, workers=1), failures=two_error_types(root))
+    first, second = heal_session(session, Stages(fixer=fixer, runner=FakeRunner())).bugs
+    assert fixer.calls == 1
+    assert first.result.status == "unhealed"
+    assert first.result.reason == ("round 1: litellm:openai/m: connection failed after 3 "
+                                   "attempts to http://127.0.0.1:9/v1: Connection error.")
+    assert second.result.status == "skipped"
+    assert second.result.reason == (
+        f"not asked: the fixer stopped answering in {first.group.id}, round 1: "
+        "litellm:openai/m: connection failed after 3 attempts to http://127.0.0.1:9/v1: "
+        "Connection error.")
 
 
 def two_error_types(root: Path) -> tuple[Failure, ...]:
@@ -241,6 +296,14 @@ def test_one_root_cause_heals_with_one_call_and_one_patch(root: Path) -> None:
         lines)
     data = json.loads((root / ".kernelfix" / "report.json").read_text())
     assert data["bugs"][1]["healed_by"] == first.group.id and data["bugs"][1]["patch"] is None
+    # CI shows it where the patch that heals it changes the file, and names that patch
+    notice = annotation(second, report, root)
+    line = next(i for i, text in enumerate(KERNEL.splitlines(), 1) if text == BUG.rstrip("\n"))
+    assert notice.startswith(f"::notice file=kernels/ops.py,line={line},title=kernelfix healed "
+                             f"{second.group.id}::")
+    assert notice.endswith(f"%0APatch: .kernelfix/{first.patch_file}")
+    patches = dict(bug_properties(report))[second.group.nodeids[0]]
+    assert ("kernelfix_patch", f".kernelfix/{first.patch_file}") in patches
 
 
 def test_in_apply_mode_a_bug_healed_by_an_earlier_patch_is_already_applied(root: Path) -> None:
@@ -506,8 +569,8 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
             return super().propose(request)
 
     lines: list[str] = []
-    heal_session(inputs(root), Stages(fixer=Slow(fix()), runner=FakeRunner(),
-                                      progress=lines.append))
+    report = heal_session(inputs(root), Stages(fixer=Slow(fix()), runner=FakeRunner(),
+                                               progress=lines.append))
     said = [line.strip() for line in lines]
     asked = said.index("round 1: asking scripted")
     assert said[asked + 1].startswith("round 1: still waiting for scripted (")
@@ -517,7 +580,18 @@ def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
     assert [line.split(" (")[0] for line in said
             if line.startswith("failing tests and regression: ")] == [
         "failing tests and regression: running 2 test(s)",
-        "failing tests and regression: 2 passed"]
+        "failing tests and regression: 2 passed",
+        "failing tests and regression: 2 test(s), 2 passed → step passed"]
+    # one vocabulary: each step reads the same in the terminal and in report.md, its tests'
+    # results beside the step's own outcome (poisoned tests fail when the step passes)
+    markdown = (root / ".kernelfix" / "report.md").read_text()
+    (verified,) = [line for line in markdown.splitlines() if "- verified: " in line]
+    steps = verified.split("- verified: ")[1].split(" → step ")
+    decided = [line for line in said if " → step " in line]
+    judged = [p for p in report.bugs[0].result.rounds[-1].phases if p.outcome != "ran"]
+    assert len(decided) == len(judged) == len(steps) - 1 == 3
+    assert all(line in verified for line in decided)
+    assert "sensitivity (nan): 2 test(s), " in verified
 
 
 # -- one root cause, one bug: the limit and re-verification ---------------------------------

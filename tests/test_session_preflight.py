@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from factories import make_settings
+from fake_llm import FakeLLM, closed_port_url
 
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.session.preflight import (
@@ -19,8 +20,12 @@ from pytest_kernelfix.session.preflight import (
     check_api_base,
     check_cache_dir,
     check_cassette_found,
+    check_device,
     check_litellm_model,
+    check_priced,
     check_target,
+    no_gpu,
+    probe_endpoint,
 )
 
 PROJECT_TEST = """\
@@ -150,40 +155,142 @@ def test_litellm_models_need_a_known_provider_and_its_keys(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
     check_litellm_model("openai/gpt-4o", "", warn)
     monkeypatch.delenv("OPENAI_API_KEY")
-    check_litellm_model("openai/local-model", "http://127.0.0.1:8000/v1", warn)  # no key
-    check_litellm_model("ollama/qwen2.5-coder", "", warn)
-    check_litellm_model("hosted_vllm/Qwen/Qwen2.5-Coder", "http://gpu:8000/v1", warn)
+    probed: list[str] = []
+
+    def answers(url: str) -> str:
+        probed.append(url)
+        return ""
+
+    check_litellm_model("openai/local-model", "http://127.0.0.1:8000/v1", warn,
+                        probe=answers)  # no key
+    check_litellm_model("ollama/qwen2.5-coder", "", warn, probe=answers)
+    check_litellm_model("hosted_vllm/Qwen/Qwen2.5-Coder", "http://gpu:8000/v1", warn,
+                        probe=answers)
+    assert probed == ["http://127.0.0.1:8000/v1", "http://localhost:11434",
+                      "http://gpu:8000/v1"]  # a configured or local endpoint: one probe each
     assert warned == []
     check_litellm_model("vertex_ai/gemini-pro", "", warn)  # gcloud credentials may do
     (warning,) = warned
     assert isinstance(warning, pytest.PytestConfigWarning) and "VERTEXAI_PROJECT" in str(warning)
 
 
+def test_empty_keys_and_empty_model_names_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "")  # what CI gives for a secret it cannot read
+    message = refused(check_litellm_model, "openai/gpt-4o", "")
+    assert ("--kernelfix-model openai/gpt-4o needs OPENAI_API_KEY, which is set but empty (in "
+            "CI: a secret this run cannot read") in message
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "   ")
+    assert "ANTHROPIC_API_KEY, which is set but empty" in refused(
+        check_litellm_model, "anthropic/claude-sonnet-4-5", "")
+    for model in ("openai/", "openai/  ", "anthropic/"):
+        assert "but no model: write it as" in refused(check_litellm_model, model, "")
+    assert refused(check_litellm_model, "openai/", "", source="KERNELFIX_MODEL").startswith(
+        "kernelfix: KERNELFIX_MODEL=openai/ names the provider openai but no model")
+
+
+def test_an_endpoint_set_by_the_providers_variable_is_understood_and_probed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:8000/v1")
+    probed: list[str] = []
+    check_litellm_model("openai/local", "", probe=lambda url: probed.append(url) or "")
+    assert probed == ["http://127.0.0.1:8000/v1"]  # a local server: no key needed
+    message = refused(check_litellm_model, "openai/local", "",
+                      probe=lambda url: "connection refused")
+    assert message == ("kernelfix: the model endpoint http://127.0.0.1:8000/v1 (from "
+                       "OPENAI_API_BASE) does not answer: connection refused; start the server "
+                       "or correct the URL, or pick recipes (no model) or replay:PATH (a "
+                       "cassette)")
+    monkeypatch.setenv("OPENAI_API_BASE", "gpu-box:8000")
+    assert refused(check_litellm_model, "openai/local", "", probe=lambda url: "").startswith(
+        "kernelfix: OPENAI_API_BASE='gpu-box:8000' is not a URL")
+
+
+def test_the_probe_asks_once_and_says_why_a_server_does_not_answer(fake_llm: FakeLLM) -> None:
+    assert probe_endpoint(fake_llm.url) == ""  # any HTTP answer will do (here 501 to a GET)
+    assert fake_llm.requests == []  # and no chat request: nothing was paid for
+    assert probe_endpoint(closed_port_url()) == "connection refused"
+    assert probe_endpoint("http://no-such-host.invalid:8000/v1", timeout=2)
+
+
+def test_a_cuda_device_without_a_gpu_is_refused(tmp_path: Path) -> None:
+    no_gpu = "torch 2.13.0+cpu sees no CUDA GPU on this machine"
+    message = refused(check_device, settings(tmp_path, device="cuda"), lambda: no_gpu)
+    assert message.startswith(f"kernelfix: --kernelfix-device cuda, but {no_gpu}: run the "
+                              "kernels on the Triton interpreter with --kernelfix-device "
+                              "interpret")
+    ini = settings(tmp_path, device="cuda", origins=(("kernelfix_device", "ini kernelfix_device"),))
+    assert "kernelfix: ini kernelfix_device = cuda, but" in refused(check_device, ini,
+                                                                    lambda: no_gpu)
+    check_device(settings(tmp_path, device="cuda"), lambda: "")  # a GPU is seen
+    check_device(settings(tmp_path, device="auto"), lambda: no_gpu)  # auto picks the interpreter
+
+
+def test_a_cost_cap_on_a_model_without_a_price_is_said_to_cap_nothing() -> None:
+    warned: list[Warning] = []
+
+    def warn(warning: Warning, stacklevel: int) -> None:
+        warned.append(warning)
+
+    check_priced("openai/gpt-4o-mini", "--kernelfix-max-cost 2", warn)
+    assert warned == []
+    check_priced("openai/my-local-model", "--kernelfix-max-cost 2", warn)
+    (warning,) = warned
+    assert str(warning) == ("kernelfix: --kernelfix-max-cost 2 cannot cap openai/my-local-model: "
+                            "litellm has no price for it, so its answers count as $0; cap what "
+                            "it uses with --kernelfix-max-tokens N")
+
+
 # --- whole sessions ------------------------------------------------------------------------
 
 
+CLOSED = closed_port_url()
+
+
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "env", "message"),
     [
-        (("--kernelfix-model=openai/gpt-4o",), "needs OPENAI_API_KEY in the environment"),
-        (("--kernelfix-model=nosuchprovider/model",), "names no provider litellm knows"),
-        (("--kernelfix-model=replay:missing.jsonl",), "replay cassette missing.jsonl not found"),
-        (("--kernelfix-target=cuda:xx",), "unknown CUDA target 'cuda:xx'"),
-        (("--kernelfix-model=openai/m", "--kernelfix-api-base=localhost:8000"), "not a URL"),
-        (("--kernelfix-prompts-dir=nowhere",), "is not a directory"),
-        (("-n", "2", "--kernelfix-target=cuda:xx"), "unknown CUDA target 'cuda:xx'"),
+        (("--kernelfix-model=openai/gpt-4o",), {}, "needs OPENAI_API_KEY in the environment"),
+        (("--kernelfix-model=nosuchprovider/model",), {}, "names no provider litellm knows"),
+        (("--kernelfix-model=replay:missing.jsonl",), {},
+         "replay cassette missing.jsonl not found"),
+        (("--kernelfix-target=cuda:xx",), {}, "unknown CUDA target 'cuda:xx'"),
+        (("--kernelfix-model=openai/m", "--kernelfix-api-base=localhost:8000"), {}, "not a URL"),
+        (("--kernelfix-prompts-dir=nowhere",), {}, "is not a directory"),
+        (("-n", "2", "--kernelfix-target=cuda:xx"), {}, "unknown CUDA target 'cuda:xx'"),
+        (("--kernelfix-model=openai/gpt-4o",), {"OPENAI_API_KEY": ""},
+         "--kernelfix-model openai/gpt-4o needs OPENAI_API_KEY, which is set but empty"),
+        ((), {"KERNELFIX_MODEL": "openai/"},
+         "KERNELFIX_MODEL=openai/ names the provider openai but no model"),
+        (("--kernelfix-device=cuda",), {},
+         "sees no CUDA GPU on this machine (torch.cuda.is_available() is False): run the "
+         "kernels on the Triton interpreter with --kernelfix-device interpret"),
+        (("--kernelfix-model=openai/m",), {"OPENAI_API_BASE": CLOSED},
+         f"the model endpoint {CLOSED} (from OPENAI_API_BASE) does not answer: connection "
+         "refused; start the server"),
     ],
     ids=["no-key", "unknown-provider", "no-cassette", "bad-target", "bad-api-base",
-         "no-prompts-dir", "xdist"],
+         "no-prompts-dir", "xdist", "empty-key", "empty-model-from-env", "cuda-without-gpu",
+         "endpoint-down"],
 )
 def test_a_bad_setting_stops_the_session_before_any_test(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...],
-    message: str,
+    env: dict[str, str], message: str,
 ) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for name in ("OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "KERNELFIX_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     pytester.makepyfile(test_project=PROJECT_TEST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix",
-                                           "--kernelfix-device=interpret", *args)
+    device = () if "--kernelfix-device=cuda" in args else ("--kernelfix-device=interpret",)
+    if not device and not no_gpu():
+        pytest.skip("this machine has a GPU: --kernelfix-device cuda can work here")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix", *device,
+                                           *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR: kernelfix: ")]
     assert len(errors) == 1 and message in errors[0], result.stderr.str()

@@ -130,14 +130,17 @@ class FixerError(Exception):
     The message goes into the report as the reason the bug stayed unhealed. ``source``
     names the fixer that failed when the one asked passed the question on (the hook to
     the configured fixer); empty: the one asked. ``messages`` is the prompt of a request
-    that was sent and got no answer.
+    that was sent and got no answer. ``ends_session`` says that every later request would
+    fail the same way (the endpoint stopped answering, the key was refused): the session
+    then stops asking for the bugs left.
     """
 
     def __init__(self, message: str, source: str = "", *,
-                 messages: tuple[Message, ...] = ()) -> None:
+                 messages: tuple[Message, ...] = (), ends_session: bool = False) -> None:
         super().__init__(message)
         self.source = source
         self.messages = messages
+        self.ends_session = ends_session
 
 
 class Fixer(Protocol):

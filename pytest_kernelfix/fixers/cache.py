@@ -3,8 +3,9 @@
 A :class:`CachingFixer` wraps a live fixer. Before it asks, it looks the round up by a
 key made of what decides the answer, and only that:
 
-- who answers: the model string, the API base, the prompt templates (packaged and
-  ``--kernelfix-prompts-dir``) and the cache format;
+- who answers: the model string, the endpoint the calls go to (the API base as litellm
+  resolves it: ``--kernelfix-api-base``, else ``OPENAI_API_BASE`` and the like), the
+  prompt templates (packaged and ``--kernelfix-prompts-dir``) and the cache format;
 - the bug: its normalised error signature (numbers and addresses replaced, so unseeded
   tests that print different values in their messages still hit);
 - what the round sees: a hash of every editable file as the round shows it, and of the
@@ -13,8 +14,9 @@ key made of what decides the answer, and only that:
 
 The full prompt text is *not* in the key: it holds the error log, whose numbers change
 from run to run. A hit is parsed exactly as a live answer and costs nothing: its usage
-is one cache hit, no call, no token, no dollar. Only answers that could be read and
-held edits are stored (a garbled answer is asked again next time). Entries are JSON
+is one cache hit, no call, no token, no dollar. Every answer that could be read is
+stored: edits, a request for more code (``need``), a decline; a garbled answer is asked
+again next time. Entries are JSON
 files written atomically under a file lock, so parallel jobs may share one directory;
 an unreadable entry is a miss, and a failed write costs only the saving.
 """
@@ -147,7 +149,9 @@ class AnswerCache:
 
 
 def _storable(proposal: Proposal) -> bool:
-    return bool(proposal.modifications) and not proposal.parse_error
+    """Every answer that could be read: edits, a request for more code (``need``: a
+    re-run would pay for it again), a decline. A garbled answer is asked again."""
+    return bool(proposal.raw.strip()) and not proposal.parse_error
 
 
 class CachingFixer:

@@ -47,11 +47,14 @@ def build_fixer(
         if not path:
             raise ValueError("replay: needs a cassette path, as in 'replay:cassettes/demo.jsonl'")
         return ReplayFixer(Path(path), prompts_dir=prompts_dir)
-    from pytest_kernelfix.fixers.llm import LLMFixer
+    from pytest_kernelfix.fixers.llm import LLMFixer, resolve_endpoint
 
+    # The endpoint litellm would use, also when only the provider's own variables set it
+    # (OPENAI_API_BASE...): the calls, the no-key rule and the cache key all follow it.
+    endpoint = resolve_endpoint(name, api_base or "").url
     fixer: Fixer = LLMFixer(
         name,
-        api_base=api_base or None,
+        api_base=endpoint or None,
         timeout=timeout,
         num_retries=num_retries,
         prompts_dir=prompts_dir,
@@ -59,7 +62,7 @@ def build_fixer(
     if cache_dir is not None:
         from pytest_kernelfix.fixers.cache import caching
 
-        fixer = caching(fixer, cache_dir, model=name, api_base=api_base,
+        fixer = caching(fixer, cache_dir, model=name, api_base=endpoint,
                         prompts_dir=prompts_dir)
     if record is not None:
         from pytest_kernelfix.fixers.replay import RecordingFixer

@@ -43,19 +43,24 @@ class HookFixer:
 
     A round is labelled with whoever answered, or failed to: the configured fixer's
     failures carry its name, so a round the recipes could not answer says ``recipes``.
+    Its own ``name``, which progress lines show while it is asked, is the configured
+    fixer's, with the hook first where a hook is implemented.
     """
-
-    name = "hook"
 
     def __init__(self, ask: Callable[[ProposalRequest], Any], fallback: Fixer, *,
                  hooked: bool = True) -> None:
         self.ask = ask
         self.fallback = fallback
+        self.name = f"the hook, then {fallback.name}" if hooked else fallback.name
         # A hook may call a model of its own: free only when none is implemented.
         self.free = not hooked and is_free(fallback)
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        answer = self.ask(request)
+        try:
+            answer = self.ask(request)
+        except FixerError as error:  # the round is the hook's, whatever this fixer's name
+            error.source = error.source or "hook"
+            raise
         if answer is None:
             try:
                 return self.fallback.propose(request)

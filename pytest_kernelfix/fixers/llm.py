@@ -10,6 +10,7 @@ here also makes every provider retry alike and honour ``Retry-After``.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import re
 import time
@@ -36,14 +37,78 @@ _RESERVED = frozenset({"model", "messages", "stream", "num_retries", "max_retrie
 _MAX_RETRY_AFTER = 60.0
 _MAX_BACKOFF = 30.0
 _MAX_DETAIL = 200
+#: litellm's own loggers: each has a stderr handler of its own and also propagates.
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+#: The variables litellm reads, in this order, for the base URL of an ``openai/`` model.
+OPENAI_BASE_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
 
 
 def import_litellm() -> Any:
-    """litellm, imported offline-safe: the bundled price list instead of a download."""
+    """litellm, imported offline-safe (the bundled price list instead of a download) and
+    quiet (:func:`quiet_logging`)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     litellm: Any = importlib.import_module("litellm")
     litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners in pytest output
+    quiet_logging()
     return litellm
+
+
+def quiet_logging(environ: Mapping[str, str] | None = None) -> None:
+    """litellm's INFO lines kept out of the session's output unless asked for.
+
+    Its loggers write to stderr through a handler of their own *and* propagate to the
+    root logger, so a project that shows INFO logs (``log_cli_level = INFO``) saw every
+    line twice, two per call. A logger left at ``NOTSET`` is set to WARNING; a level set
+    by the user (in a conftest) or ``LITELLM_LOG`` (litellm's own switch) is kept.
+    """
+    if (environ if environ is not None else os.environ).get("LITELLM_LOG", "").strip():
+        return
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a litellm model's requests go: ``url`` ("" for the provider's own public
+    service) and where that URL was set (``source``: an option, a variable, a default)."""
+
+    url: str = ""
+    source: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.url} (from {self.source})" if self.source else self.url
+
+
+def resolve_endpoint(model: str, api_base: str = "", source: str = "--kernelfix-api-base",
+                     environ: Mapping[str, str] | None = None) -> Endpoint:
+    """The endpoint ``model`` is called at, as litellm resolves it.
+
+    ``api_base`` (the option, from ``source``) wins. Otherwise the provider's own
+    settings count: for ``openai/`` models ``OPENAI_BASE_URL`` then ``OPENAI_API_BASE``
+    (litellm's order); for others the base litellm derives from the model and the
+    environment (``HOSTED_VLLM_API_BASE``, ``OLLAMA_API_BASE``, ollama's local default).
+    An unknown provider, or one served from its public endpoint, gives no URL.
+    """
+    if api_base:
+        return Endpoint(api_base, source)
+    env = environ if environ is not None else os.environ
+    litellm = import_litellm()
+    try:
+        _, provider, _, derived = litellm.get_llm_provider(model=model)
+    except Exception:
+        return Endpoint()
+    if provider == "openai":
+        for name in OPENAI_BASE_VARIABLES:
+            if env.get(name, "").strip():
+                return Endpoint(env[name].strip(), name)
+        return Endpoint()
+    if not derived:
+        return Endpoint()
+    named = next((name for name, value in env.items() if value.strip() == derived
+                  and name.endswith(("_API_BASE", "_BASE_URL"))), "")
+    return Endpoint(derived, named or f"{provider}'s default")
 
 
 class LLMFixer:
@@ -121,7 +186,8 @@ class LLMFixer:
                 failure = classify(litellm, exc)
                 if not failure.retryable or attempt == attempts:
                     raise FixerError(self._reason(failure, attempt, exc),
-                                     messages=as_messages(messages)) from None
+                                     messages=as_messages(messages),
+                                     ends_session=failure.ends_session) from None
                 if failure.backoff:
                     time.sleep(retry_delay(exc, attempt))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -133,6 +199,8 @@ class LLMFixer:
         if isinstance(key, str) and key:
             detail = detail.replace(key, MARKER)
         reason = f"{self.name}: {failure.kind} after {tries}"
+        if self.api_base and failure.kind == "connection failed":  # say which server
+            reason += f" to {self.api_base}"
         return f"{reason}: {detail}" if detail else reason
 
 
@@ -143,6 +211,9 @@ class Failure:
     kind: str
     retryable: bool
     backoff: bool = True  # False after a timeout: the waiting is already done
+    #: Every later call would fail the same way (no connection, a refused key, no such
+    #: model): the session stops asking once retries are spent.
+    ends_session: bool = False
 
 
 def classify(litellm: ModuleType, exc: BaseException) -> Failure:
@@ -159,19 +230,19 @@ def classify(litellm: ModuleType, exc: BaseException) -> Failure:
     if isinstance(exc, (errors.AuthenticationError, errors.PermissionDeniedError)) or (
         status in (401, 403)
     ):
-        return Failure(f"authentication failed{http}", False)
+        return Failure(f"authentication failed{http}", False, ends_session=True)
     if isinstance(exc, errors.ContextWindowExceededError):
         return Failure("prompt too long for the model's context window", False)
     if isinstance(exc, errors.NotFoundError) or status == 404:
-        return Failure(f"model or endpoint not found{http}", False)
+        return Failure(f"model or endpoint not found{http}", False, ends_session=True)
     if isinstance(exc, (errors.BadRequestError, errors.UnprocessableEntityError)):
         return Failure(f"request rejected{http}", False)
     if isinstance(exc, errors.APIConnectionError) or re.search(
         r"Connection (refused|error)|connect error|Name or service not known", message, re.I
     ):
-        return Failure("connection failed", True)
+        return Failure("connection failed", True, ends_session=True)
     if re.search(r"Missing credentials|api_key client option must be set", message):
-        return Failure("no API key configured", False)
+        return Failure("no API key configured", False, ends_session=True)
     if isinstance(status, int) and status >= 500:
         return Failure(f"server error{http}", True)
     if isinstance(exc, errors.APIError):

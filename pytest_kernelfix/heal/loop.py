@@ -126,7 +126,7 @@ def heal(
             usage=usage,
             seconds=clock() - started,
             prompt_chars=first_prompt,
-            shown=shown_definitions(context),
+            shown=records[0].shown if records else shown_definitions(context),
         )
 
     def give_up(reason: str) -> HealResult:
@@ -147,11 +147,13 @@ def heal(
             records.append(RoundRecord(number, answered.source, (),
                                        "interrupted while its answer was being tried",
                                        answered.usage, redact(answered.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(answered)))
+                                       exchange=Exchange.of(answered),
+                                       shown=shown_definitions(context)))
         return HealInterrupted(finish(UNHEALED, f"interrupted in round {number}: nothing more "
                                                 "was tried"), *stop.args[:1])
 
     for number in range(1, rounds + 1):
+        shown = shown_definitions(context)  # this round's prompt: a need may add to it
         request = ProposalRequest(
             context=context,
             round=number,
@@ -167,7 +169,7 @@ def heal(
             why = str(error) if isinstance(error, FixerError) else (
                 f"the fixer failed: {type(error).__name__}: {error}")
             records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
-                                       exchange=Exchange.failed(error)))
+                                       exchange=Exchange.failed(error), shown=shown))
             return give_up(f"round {number}: {why}")
         except KeyboardInterrupt as stop:
             raise interrupted(stop, number, None) from None
@@ -179,7 +181,7 @@ def heal(
             stopped = f"the same answer as round {number - 1}: stopped"
             records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
                                        redact(proposal.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(proposal)))
+                                       exchange=Exchange.of(proposal), shown=shown))
             if on_round is not None:
                 on_round(records[-1])
             last = records[-2].outcome if len(records) > 1 else ""
@@ -191,7 +193,7 @@ def heal(
             records.append(RoundRecord(number, proposal.source, (),
                                        redact(f"not a kernel bug: {reason}"), proposal.usage,
                                        redact(proposal.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(proposal)))
+                                       exchange=Exchange.of(proposal), shown=shown))
             if on_round is not None:
                 on_round(records[-1])
             return finish(DECLINED, f"the model says this is not a kernel bug: {reason}")
@@ -220,6 +222,7 @@ def heal(
                 tuple(redact(note) for note in outcome.notes),
                 outcome.phases,
                 Exchange.of(proposal),
+                shown,
             )
         )
         if on_round is not None:

@@ -59,12 +59,36 @@ UNCERTIFIABLE = VerdictKind.UNCERTIFIABLE
 @dataclass(frozen=True)
 class Phase:
     """One step of verifying a candidate (or of triage): which tests it ran, how long it
-    took and how it ended (``passed``, or the verdict kind that stopped there)."""
+    took, how its tests ended (``results``: ``1 passed``, ``2 failed``...) and how the step
+    ended (``outcome``: ``passed``, ``ran`` for a run of the original code, or the
+    verdict kind that stopped there).
+
+    The two are not the same thing: with the kernel's output poisoned the tests must
+    fail for the step to pass. :func:`phase_text` says both, in the one wording the
+    terminal and the reports share.
+    """
 
     name: str
     nodeids: tuple[str, ...]
     seconds: float
     outcome: str
+    results: str = ""
+
+
+def step_outcome(outcome: str) -> str:
+    """A step's outcome in words: ``step passed``, ``step rejected (regression)`` or ``ran``
+    (a run of the original code, which judges nothing)."""
+    if outcome in ("ran", ""):
+        return "ran"
+    return "step passed" if outcome == "passed" else f"step rejected ({outcome})"
+
+
+def phase_text(phase: Phase) -> str:
+    """``sensitivity (nan): 1 test(s), 1 failed → step passed`` (a run of the original
+    code: ``baseline: 1 test(s), 1 failed``)."""
+    tests = f"{len(phase.nodeids)} test(s)" + (f", {phase.results}" if phase.results else "")
+    step = step_outcome(phase.outcome)
+    return f"{phase.name}: {tests}" + ("" if step == "ran" else f" → {step}")
 
 
 @dataclass(frozen=True)
@@ -145,7 +169,9 @@ def _kept(messages: tuple[Message, ...]) -> tuple[Message, ...]:
 @dataclass(frozen=True)
 class RoundRecord:
     """One round as reported; ``exchange`` is its prompt and answer for the prompt file
-    (``raw`` is the answer's start, for a glance)."""
+    (``raw`` is the answer's start, for a glance); ``shown`` is what this round's prompt
+    showed of each editable file (``path``, or ``path:definition``): a request for more
+    code (``need``) shows more in the rounds after it."""
 
     round: int
     source: str
@@ -156,6 +182,7 @@ class RoundRecord:
     notes: tuple[str, ...] = ()
     phases: tuple[Phase, ...] = ()
     exchange: Exchange = field(default_factory=Exchange)
+    shown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,8 +190,9 @@ class HealResult:
     """The end of one bug's heal. ``final`` holds the winning text of changed files.
 
     ``prompt_chars`` is the size of the first round's prompt (0 when not measured);
-    ``shown`` says what the model was shown of each editable file (``path`` whole, or
-    ``path:definition`` for each definition of a focused view). ``healed_by`` names the
+    ``shown`` says what the first round's prompt showed of each editable file (``path``
+    whole, or ``path:definition`` for each definition of a focused view; each round's
+    is its :attr:`RoundRecord.shown`). ``healed_by`` names the
     bug whose patch already heals this one (no patch of its own); ``triage`` the steps
     run before round 1; ``seconds`` covers them too. A :data:`MASKED` bug keeps the
     masking candidate in ``final`` for review. ``verified``: the tests a healed bug's

@@ -32,6 +32,7 @@ from pytest_kernelfix.heal.outcomes import (
     HealResult,
     Phase,
     RoundRecord,
+    phase_text,
 )
 from pytest_kernelfix.locate.change import REGRESSION, TEST_CHANGED, Regression, Trial
 from pytest_kernelfix.locate.context import CHARS_PER_TOKEN
@@ -107,6 +108,20 @@ class SessionReport:
         return sum(1 for bug in self.bugs if bug.result.status == status)
 
 
+def healers(bug: BugReport, report: SessionReport) -> tuple[BugReport, ...]:
+    """The bugs whose patches heal ``bug`` (``healed_by``), in the order they apply."""
+    names = [name.strip() for name in bug.result.healed_by.split(",") if name.strip()]
+    by_id = {other.group.id: other for other in report.bugs}
+    return tuple(by_id[name] for name in names if name in by_id)
+
+
+def healing_patches(bug: BugReport, report: SessionReport) -> tuple[str, ...]:
+    """The patch files that heal ``bug``: its own, or those of the bugs it is healed by."""
+    if bug.patch_file:
+        return (bug.patch_file,)
+    return tuple(other.patch_file for other in healers(bug, report) if other.patch_file)
+
+
 def patch_name(group: BugGroup, status: str = HEALED) -> str:
     return f"{group.id}.masked.patch" if status == MASKED else f"{group.id}.patch"
 
@@ -119,9 +134,10 @@ def counts(report: SessionReport) -> str:
 
 
 def phases_json(phases: Sequence[Phase]) -> list[dict[str, Any]]:
-    """Which tests each step ran, how long it took and how it ended."""
+    """Which tests each step ran, how long it took, how its tests ended (``results``)
+    and how the step ended (``outcome``)."""
     return [{"name": phase.name, "tests": list(phase.nodeids), "seconds": phase.seconds,
-             "outcome": phase.outcome} for phase in phases]
+             "results": phase.results, "outcome": phase.outcome} for phase in phases]
 
 
 def error_headline(group: BugGroup) -> str:
@@ -202,6 +218,7 @@ def bug_json(bug: BugReport, *, save_prompts: bool = True) -> dict[str, Any]:
                 "notes": list(record.notes),
                 "cached": record.usage.cache_hits > 0,
                 "phases": phases_json(record.phases),
+                "shown": list(record.shown),
                 "prompt_file": round_prompt_file(bug, record, save_prompts) or None,
             }
             for record in result.rounds
@@ -280,11 +297,14 @@ def regression_lines(regression: Regression | None, revert: bool = False) -> lis
 
 def reruns_json(stats: RerunStats) -> dict[str, Any]:
     """How the reruns ran (``fork``, ``subprocess``, ``mixed`` or ``none``), what they
-    cost, why any was not forked, and how many compile-cache lookups hit."""
+    cost (``seconds``: wall time, reruns that ran at the same time counted once;
+    ``seconds_summed``: each rerun's own time added up), why any was not forked, and how
+    many compile-cache lookups hit."""
     return {
         "count": stats.count,
         "mode": stats.mode,
-        "seconds": round(stats.seconds, 3),
+        "seconds": round(stats.wall, 3),
+        "seconds_summed": round(stats.seconds, 3),
         "fallbacks": list(stats.fallbacks),
         "cache_hits": stats.cache_hits,
         "cache_lookups": stats.cache_lookups,
@@ -379,7 +399,7 @@ def session_markdown(report: SessionReport) -> str:
         + f", {report.seconds:.1f} s. Device: {report.device}; fixer: `{report.model}`.",
         "",
         "Failing tests stay failed in the test run; healing is reported beside them.",
-        *unselected_markdown(report.unselected, report.select),
+        *unselected_markdown(report.unselected, report.select, only=not report.bugs),
         "",
         reruns_line(report),
         "",
@@ -426,13 +446,16 @@ def session_markdown(report: SessionReport) -> str:
                          "(it undoes what the change wanted): review whether its intent can "
                          "be kept")
         if result.shown:
-            lines.append(f"- Shown to the model: {', '.join(f'`{s}`' for s in result.shown)}"
+            first = "round 1" if result.rounds and result.rounds[0].shown else "the first prompt"
+            lines.append(f"- Shown to the model in {first}: "
+                         f"{', '.join(f'`{s}`' for s in result.shown)}"
                          + (f" (first prompt {result.prompt_chars} characters)"
                             if result.prompt_chars else ""))
         lines.append(f"- Outcome: {result.reason}")
         if result.triage:
             lines.append("- Before round 1: " + "; ".join(
-                f"{p.name} ({len(p.nodeids)} test(s), {p.seconds:.1f} s)" for p in result.triage))
+                f"{phase_text(p)} ({p.seconds:.1f} s)" for p in result.triage))
+        seen = set(result.shown)
         for record in result.rounds:
             edits = ", ".join(e.level for e in record.edits) or "no edits"
             cached = ", cached" if record.usage.cache_hits else ""
@@ -440,10 +463,15 @@ def session_markdown(report: SessionReport) -> str:
             link = f"; [prompt and answer]({name})" if name else ""
             lines.append(f"  - round {record.round} ({record.source or 'fixer'}{cached}; "
                          f"{edits}{link}): {record.outcome}")
+            more = [item for item in record.shown if item not in seen]
+            if more:
+                lines.append(f"    - also shown in this round: "
+                             f"{', '.join(f'`{item}`' for item in more)}")
+                seen.update(more)
             lines += [f"    - note: {note}" for note in record.notes]
             if record.phases:
                 lines.append("    - verified: " + "; ".join(
-                    f"{p.name}: {len(p.nodeids)} test(s), {p.outcome}" for p in record.phases))
+                    phase_text(p) for p in record.phases))
         if bug.builds_on:
             lines += ["", f"This patch applies after the patch of {', '.join(bug.builds_on)} "
                           "(they change the same file): apply them in the order shown."]
@@ -455,19 +483,31 @@ def session_markdown(report: SessionReport) -> str:
             command = apply_command(report.report_dir / bug.patch_file, report.rootdir, repo,
                                     repo)
             where = "rootdir" if repo == report.rootdir else "repository root"
-            lines += ["", f"Apply from the {where} with `{command}`", ""]
+            lines += ["", applied_sentence(bug, report) if bug.applied
+                      else f"Apply from the {where} with `{command}`", ""]
             lines += ["```diff", result.patch.rstrip("\n"), "```"]
-        if bug.applied:
+        if bug.applied and not bug.patch_file:
             lines += ["", f"Written to the working tree: {', '.join(bug.applied)}"]
         if bug.apply_error:
             lines += ["", f"Not written to the working tree: {bug.apply_error}"]
     return "\n".join(lines) + "\n"
 
 
+def applied_sentence(bug: BugReport, report: SessionReport) -> str:
+    """What apply mode did with a bug's patch: no ``git apply`` line for a patch already
+    in the working tree, where its originals are kept instead."""
+    backup = _display(report.report_dir / "backup" / bug.group.id, report.rootdir)
+    return (f"Written to the working tree: {', '.join(bug.applied)} (the originals are in "
+            f"`{backup}`)")
+
+
 def reruns_line(report: SessionReport) -> str:
-    """One sentence on how the sandbox reruns ran."""
+    """One sentence on how the sandbox reruns ran: their wall time, and the sum of their
+    own times beside it when some ran at the same time."""
     stats = report.reruns
-    text = (f"Sandbox reruns: {stats.count} ({stats.mode}), {stats.seconds:.1f} s, "
+    summed = (f" ({stats.seconds:.1f} s of reruns added up, as some ran at the same time)"
+              if stats.seconds - stats.wall >= 0.05 else "")
+    text = (f"Sandbox reruns: {stats.count} ({stats.mode}), {stats.wall:.1f} s{summed}, "
             f"{report.workers} worker(s)")
     if stats.cache_lookups:
         text += (f"; compile cache: {stats.cache_hits} of {stats.cache_lookups} "
@@ -541,7 +581,8 @@ def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
         if result.regression is not None and result.regression.verdict != TEST_CHANGED:
             lines += [f"          {line}" for line in regression_lines(result.regression)]
     lines += unselected_lines(report.unselected, report.select)
-    patches = [b for b in report.bugs if b.patch_file and b.result.status == HEALED]
+    patches = [b for b in report.bugs if b.patch_file and b.result.status == HEALED
+               and not b.applied]  # a patch already written needs no git apply line
     repo, cwd = repository_root(report.rootdir), Path.cwd()
     if patches:
         lines.append("")

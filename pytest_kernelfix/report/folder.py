@@ -1,7 +1,9 @@
-"""The report dir, made with a ``.gitignore`` inside, as pytest makes its cache dir.
+"""The report dir and the cache dir, made with a ``.gitignore`` inside, as pytest makes
+its cache dir (``config.cache.mkdir``).
 
 Patches, reports, backups, locks and the answer cache are outputs, not source: the
-``.gitignore`` (``*``) keeps them, and itself, out of the user's ``git status``. A
+``.gitignore`` (``*``) keeps them, and itself, out of the user's ``git status``, also
+when ``--kernelfix-cache-dir`` puts the cache outside the report dir. A
 ``.gitignore`` already there is the user's and is kept. A report dir that is the
 rootdir or holds it gets none: ``*`` there would hide the project itself.
 """

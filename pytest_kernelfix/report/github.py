@@ -31,9 +31,12 @@ from pytest_kernelfix.report.artifacts import (
     BugReport,
     SessionReport,
     error_headline,
+    healers,
+    healing_patches,
     repository_root,
     write_atomic,
 )
+from pytest_kernelfix.report.unselected import select_hint, unselected_sentence
 
 SUGGESTIONS_FILE = "suggestions.rdjson"
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -122,14 +125,30 @@ def line_based(hunk: Hunk, original: str) -> Hunk:
     return hunk
 
 
-def first_change(bug: BugReport) -> tuple[str, int] | None:
-    """The first changed line of a healed bug's patch: (rootdir-relative file, line)."""
+def first_change(bug: BugReport, within: tuple[str, ...] | None = None
+                 ) -> tuple[str, int] | None:
+    """The first changed line of a healed bug's patch: (rootdir-relative file, line);
+    ``within``: in one of these files only."""
     result = bug.result
     for path in result.changed_files:
+        if within is not None and path not in within:
+            continue
         found = hunks(result.original[path], result.final[path])
         if found:
             return path, line_based(found[0], result.original[path]).start
     return None
+
+
+def healed_location(bug: BugReport, report: SessionReport) -> tuple[str, int] | None:
+    """Where a healed bug shows: the first line its patch changes; for a bug an earlier
+    bug's patch heals, the first line that patch changes in this bug's own files (else
+    where its failure shows)."""
+    where = first_change(bug)
+    for other in healers(bug, report) if where is None else ():
+        where = first_change(other, bug.group.editable)
+        if where is not None:
+            break
+    return where or failure_location(bug, report.rootdir)
 
 
 def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
@@ -185,14 +204,16 @@ def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
     headline = error_headline(group)
     if result.status == HEALED:
         command, title = "notice", f"kernelfix healed {group.id}"
-        where = first_change(bug)
+        where = healed_location(bug, report)
         message = (f"{_tests(bug)} pass with the change suggested here, verified by a rerun."
                    f"\nThe error was: {headline}")
         if result.healed_by:
             message = (f"{_tests(bug)} pass with the patch of {result.healed_by}, verified "
                        f"by a rerun.\nThe error was: {headline}")
-        if bug.patch_file:
-            message += f"\nPatch: {repo_path(report.report_dir / bug.patch_file, repo_root)}"
+        patches = healing_patches(bug, report)
+        if patches:
+            message += "\nPatch: " + ", ".join(
+                repo_path(report.report_dir / name, repo_root) for name in patches)
     else:
         command = "warning"
         title = {SKIPPED: f"kernelfix skipped {group.id}",
@@ -218,7 +239,15 @@ def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
 
 
 def annotation_lines(report: SessionReport, repo_root: Path) -> list[str]:
-    return [annotation(bug, report, repo_root) for bug in report.bugs]
+    """One line per bug, then one about the failing tests the selection left out."""
+    lines = [annotation(bug, report, repo_root) for bug in report.bugs]
+    if report.unselected:
+        message = (f"{unselected_sentence(report.unselected, report.select)}.\nTo heal them: "
+                   f"{select_hint(report.unselected, report.select)}.")
+        lines.append(redact(workflow_command(
+            "notice", {"title": f"kernelfix left {len(report.unselected)} failing test(s) "
+                                "unselected"}, message)))
+    return lines
 
 
 # --- step summary ----------------------------------------------------------------------

@@ -60,7 +60,10 @@ def junit_names(nodeid: str, prefix: str = "") -> Names:
 
 
 def bug_properties(report: SessionReport) -> dict[str, list[tuple[str, str]]]:
-    """Node id -> the properties of its bug."""
+    """Node id -> the properties of its bug; ``kernelfix_patch`` once per patch that heals
+    it (its own, or those of the bugs whose patch heals it too)."""
+    from pytest_kernelfix.report.artifacts import healing_patches
+
     out: dict[str, list[tuple[str, str]]] = {}
     for bug in report.bugs:
         properties = [
@@ -68,8 +71,8 @@ def bug_properties(report: SessionReport) -> dict[str, list[tuple[str, str]]]:
             ("kernelfix_status", bug.result.status),
             ("kernelfix_reason", bug.result.reason),
         ]
-        if bug.patch_file:
-            patch = os.path.relpath(report.report_dir / bug.patch_file, report.rootdir)
+        for name in healing_patches(bug, report):
+            patch = os.path.relpath(report.report_dir / name, report.rootdir)
             properties.append(("kernelfix_patch", Path(patch).as_posix()))
         for nodeid in bug.group.nodeids:
             out[nodeid] = properties

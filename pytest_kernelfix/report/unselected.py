@@ -41,9 +41,10 @@ def select_hint(unselected: Sequence[Unselected], select: Sequence[str],
     ways = []
     launched = sum(u.launched for u in unselected)
     if launched and "launched" not in select:
-        with_launched = "--kernelfix-select " + ",".join((*select, "launched"))
-        ways.append(f"{code(with_launched)} ({launched} of them launched a Triton kernel "
-                    "of the project)")
+        chosen = ",".join((*select, "launched"))
+        ways.append(f"{code('--kernelfix-select ' + chosen)} (or "
+                    f"{code('kernelfix_select = ' + chosen)} in the ini file; {launched} of "
+                    "them launched a Triton kernel of the project)")
     glob = unselected[0].nodeid.split("::")[0] + "::*"
     with_glob = "--kernelfix-select '" + ",".join((*select, glob)) + "'"
     ways.append(f"a nodeid glob, as in {code(with_glob)}")
@@ -60,11 +61,16 @@ def unselected_lines(unselected: Sequence[Unselected], select: Sequence[str]) ->
             f"  to heal them: {select_hint(unselected, select)}"]
 
 
-def unselected_markdown(unselected: Sequence[Unselected], select: Sequence[str]) -> list[str]:
-    """report.md's paragraph about them (none when there are none)."""
+def unselected_markdown(unselected: Sequence[Unselected], select: Sequence[str],
+                        *, only: bool = False) -> list[str]:
+    """report.md's paragraph about them (none when there are none); ``only``: they are
+    the session's only failures, so nothing was healed, and the paragraph says so first."""
     if not unselected:
         return []
-    return ["", f"Not selected for healing: {unselected_sentence(unselected, select, _code)}. "
+    lead = ("**Nothing was healed: no failing test was selected for healing.** " if only
+            else "")
+    return ["", f"{lead}Not selected for healing: "
+                f"{unselected_sentence(unselected, select, _code)}. "
                 f"To heal them: {select_hint(unselected, select, _code)}."]
 
 

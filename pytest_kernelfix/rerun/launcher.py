@@ -399,7 +399,12 @@ class Reruns:
 
 @dataclass(frozen=True)
 class RerunStats:
-    """What a bug's (or a session's) reruns cost and how they ran."""
+    """What a bug's (or a session's) reruns cost and how they ran.
+
+    ``seconds`` sums every rerun's own time; ``spans`` are the (start, end) monotonic
+    times of the reruns that were timed by their caller, so :attr:`wall` counts reruns
+    that ran at the same time (parallel bugs, poisoned reruns together) once.
+    """
 
     count: int = 0
     seconds: float = 0.0
@@ -407,6 +412,19 @@ class RerunStats:
     fallbacks: tuple[str, ...] = ()
     cache_hits: int = 0
     cache_lookups: int = 0
+    spans: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def wall(self) -> float:
+        """Seconds during which at least one rerun ran (the sum when none was timed)."""
+        if not self.spans:
+            return self.seconds
+        total, end = 0.0, float("-inf")
+        for start, stop in sorted(self.spans):
+            if stop > end:
+                total += stop - max(start, end)
+                end = stop
+        return total
 
     @property
     def mode(self) -> str:
@@ -417,17 +435,18 @@ class RerunStats:
             return "fork"
         return "subprocess" if not self.forked else "mixed"
 
-    def add(self, result: RerunResult) -> RerunStats:
+    def add(self, result: RerunResult, span: tuple[float, float] | None = None) -> RerunStats:
         hits, lookups = result.compile_cache
         return self + RerunStats(1, result.seconds, int(result.mode == "fork"),
-                                 (result.fallback,) if result.fallback else (), hits, lookups)
+                                 (result.fallback,) if result.fallback else (), hits, lookups,
+                                 (span,) if span is not None else ())
 
     def __add__(self, other: RerunStats) -> RerunStats:
         fallbacks = self.fallbacks + tuple(f for f in other.fallbacks if f not in self.fallbacks)
         return RerunStats(self.count + other.count, self.seconds + other.seconds,
                           self.forked + other.forked, fallbacks,
                           self.cache_hits + other.cache_hits,
-                          self.cache_lookups + other.cache_lookups)
+                          self.cache_lookups + other.cache_lookups, self.spans + other.spans)
 
 
 def _run_group(

@@ -271,7 +271,8 @@ class HealingController:
                 self._uninstall()
 
     def _heal_at_end(self, exitstatus: int) -> None:
-        if not self.failures:
+        # failures left unselected alone still get a report: it says how to select them
+        if not (self.failures or self.unselected):
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED:  # the report says so; nothing heals
             self.cancel.set(self.cancel.why or CTRL_C)

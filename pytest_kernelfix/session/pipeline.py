@@ -189,9 +189,10 @@ class _Counted:
         if spec.progress is None:
             spec = replace(spec, progress=lambda done, total, seconds: self.progress(
                 f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
+        started = time.monotonic()
         result = self.runner(replace(spec, cancel=self.cancel.event))
-        with self.lock:
-            self.stats = self.stats.add(result)
+        with self.lock:  # timed here: the wall time of reruns that overlap is counted once
+            self.stats = self.stats.add(result, (started, time.monotonic()))
         self.cancel.check()
         return result
 
@@ -301,6 +302,7 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     project = inputs.project
     reach = Reach(project)
     make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
+    make_report_dir(settings.cache_root, settings.rootdir)  # a cache dir of its own too
     exclude = list(settings.sandbox_exclude)
     for folder in (settings.report_dir, settings.cache_root):
         if folder.is_relative_to(project.root):
@@ -542,8 +544,8 @@ def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
     if regression is None:
         return ()
     return tuple(Phase(f"culprit search ({len(trial.reverted)} hunk(s) reverted)",
-                       (regression.test,), trial.seconds, "passed" if trial.passed
-                       else "failed") for trial in regression.trials)
+                       (regression.test,), trial.seconds, "ran", trial.outcome)
+                 for trial in regression.trials)
 
 
 def change_context(group: BugGroup, widened: BugGroup, change: Change,
@@ -601,7 +603,9 @@ class _Announced:
         finally:
             answered.set()
             heart.join()
-        self.progress(f"{where}: answered in {time.monotonic() - started:.1f} s")
+        seconds = time.monotonic() - started
+        self.progress(f"{where}: answered from the answer cache, no call ({seconds:.1f} s)"
+                      if proposal.usage.cache_hits else f"{where}: answered in {seconds:.1f} s")
         return proposal
 
 

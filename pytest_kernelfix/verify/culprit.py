@@ -135,8 +135,7 @@ class Experiment:
                  f"{tally(result, (self.test,))} ({seconds:.1f} s)")
         with self.lock:
             self.trials.append(Trial(tuple(h.label for h in _ordered(hunks)), passed,
-                                     round(seconds, 3), "passed" if passed else
-                                     tally(result, (self.test,))))
+                                     round(seconds, 3), tally(result, (self.test,))))
         return passed
 
     def passes(self, *sets: frozenset[Hunk]) -> list[bool]:

@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
-from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind
+from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
@@ -216,20 +216,23 @@ class Verifier:
                 False, f"the rerun changed test or data files: {', '.join(tampered)}",
                 "Running the patched code changed files it must not touch: "
                 + ", ".join(tampered), kind=VerdictKind.TAMPERED))
-        self._record(name, nodeids, seconds, "ran")
-        self.say(f"{name}: {tally(result, nodeids)} ({seconds:.1f} s)")
+        results = tally(result, nodeids)
+        self._record(name, nodeids, seconds, "ran", results)
+        self.say(f"{name}: {results} ({seconds:.1f} s)")
         return result
 
-    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str
-                ) -> None:
-        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome))
+    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str,
+                results: str = "") -> None:
+        self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome, results))
 
     def _decide(self, verdict: Verdict, name: str = "") -> Verdict:
-        """Mark the last phase (or the last one called ``name``) with the verdict's kind."""
+        """Mark the last phase (or the last one called ``name``) with the verdict's kind,
+        and say how the step ended beside how its tests did (:func:`phase_text`)."""
         for index in range(len(self.phases) - 1, -1, -1):
             if not name or self.phases[index].name == name:
                 outcome = verdict.kind.value if verdict.kind else ""
                 self.phases[index] = replace(self.phases[index], outcome=outcome)
+                self.say(phase_text(self.phases[index]))
                 break
         return verdict
 
@@ -400,7 +403,7 @@ class Verifier:
                 return self._decide(verdict), result
             self._on_originals(candidate, functools.partial(self._check_before, unknown))
             if not set(unknown) & self.broken_before:
-                return self._decide(verdict), result
+                return self._decide(verdict, name), result
             result = replace(result, outcomes=tuple(o for o in result.outcomes
                                                     if o.nodeid not in self.broken_before))
             pending, name, probe = tuple(n for n in self._kept() if run.outcome(n) is None), \
