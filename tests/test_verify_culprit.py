@@ -34,11 +34,15 @@ def changed(count: int) -> str:
 
 
 class FakeRunner:
-    """Passes when every line in ``needed`` of the sandbox's ``m.py`` is as at the base
-    (and the test file as at the base, when ``test_line`` is given)."""
+    """A test passes when every line in its ``needed`` (``TEST``'s by default) of the
+    sandbox's ``m.py`` is as at the base (and the test file as at the base, when
+    ``test_line`` is given); a rerun stops at the first test that fails."""
 
-    def __init__(self, needed: Sequence[int], test_line: str = "") -> None:
-        self.needed = needed
+    def __init__(self, needed: Sequence[int], test_line: str = "",
+                 more: dict[str, Sequence[int]] | None = None,
+                 broken: frozenset[str] | set[str] = frozenset()) -> None:
+        self.needed = {TEST: needed, **(more or {})}
+        self.broken = broken  # tests that fail whatever is reverted
         self.test_line = test_line
         self.calls: list[Path] = []
 
@@ -46,12 +50,18 @@ class FakeRunner:
         self.calls.append(spec.sandbox_root)
         rows = (spec.sandbox_root / "m.py").read_text().splitlines(keepends=True)
         base = BASE.splitlines(keepends=True)
-        ok = all(rows[n] == base[n] for n in self.needed)
-        if self.test_line:
-            test = spec.sandbox_root / "tests" / "test_m.py"
-            ok = ok and test.exists() and self.test_line in test.read_text()
-        assert spec.nodeids == (TEST,) and spec.stop_early
-        return RerunResult((TestOutcome(TEST, "passed" if ok else "failed", "call"),), 0)
+        assert spec.stop_early
+        outcomes = []
+        for nodeid in spec.nodeids:
+            ok = nodeid not in self.broken and all(rows[n] == base[n]
+                                                   for n in self.needed[nodeid])
+            if self.test_line:
+                test = spec.sandbox_root / "tests" / "test_m.py"
+                ok = ok and test.exists() and self.test_line in test.read_text()
+            outcomes.append(TestOutcome(nodeid, "passed" if ok else "failed", "call"))
+            if not ok:
+                break
+        return RerunResult(tuple(outcomes), 0)
 
 
 @pytest.fixture
@@ -78,7 +88,7 @@ def run(project: Project, change: Change, sandbox: Sandbox, runner: FakeRunner,
         jobs: int = 1):  # type: ignore[no-untyped-def]
     spec = RerunSpec(RerunSetup(project.root, 10.0), sandbox.root, ())
     return find_culprits(change, TEST, sandbox, spec, runner=runner, project=project,
-                         jobs=jobs)
+                         jobs=jobs, others=[n for n in runner.needed if n != TEST])
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 13, 17])
@@ -140,3 +150,23 @@ def test_a_test_that_changed_is_named_and_never_reverted_to_find_a_culprit(proje
     assert [h.path for h in regression.culprits] == ["tests/test_m.py"]
     assert (sandbox.root / "tests" / "test_m.py").read_text() == "assert f() == 2\n"
     assert "the test changed since main" in regression.summary
+
+
+def test_another_failing_test_gets_its_own_share_of_the_culprit(project) -> None:
+    """The representative needs one hunk; another failing test needs a second one
+    besides (a bug in two kernels); a third passes with the first; one that fails on the
+    base too adds nothing."""
+    root, change, sandbox = project(8)
+    other, third = "tests/test_m.py::test_other", "tests/test_m.py::test_third"
+    runner = FakeRunner([4 * 2], more={other: [4 * 2, 4 * 6], third: [4 * 2]})
+    regression = run(root, change, sandbox, runner)
+    assert [h.start for h in regression.culprits] == [9, 25] and regression.minimal
+    assert set(regression.tests) == {other, third}
+    assert "and 2 more failing tests pass" in regression.summary
+    assert regression.reruns <= trial_cap(8)
+    assert any(len(trial.tests) == 2 for trial in regression.trials)  # both rerun at once
+    root, change, sandbox = project(8)
+    never = "tests/test_m.py::test_never"
+    runner = FakeRunner([4 * 2], more={never: [4 * 2]}, broken={never})
+    regression = run(root, change, sandbox, runner)
+    assert [h.start for h in regression.culprits] == [9] and regression.tests == ()

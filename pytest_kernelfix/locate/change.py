@@ -314,12 +314,14 @@ def _jit(item: Located | None) -> bool:
 
 @dataclass(frozen=True)
 class Trial:
-    """One rerun of the experiment: the hunks it reverted, and whether the test passed."""
+    """One rerun of the experiment: the hunks it reverted, whether its tests passed, how
+    they ended (``outcome``: ``1 passed``...) and which tests it ran."""
 
     reverted: tuple[str, ...]
     passed: bool
     seconds: float = 0.0
     outcome: str = ""
+    tests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -331,6 +333,8 @@ class Regression:
     :data:`TEST_CHANGED` (it passes only with the test files as they were at the base).
     ``hunks`` is how many hunks the search was over; ``minimal`` is False when the trial
     cap stopped it before the culprit set was minimal (every hunk of it still counts).
+    ``tests`` are other failing tests of the bug that pass with the culprit reverted (the
+    culprit holds what they needed besides ``test``'s share).
     """
 
     base: str
@@ -340,6 +344,7 @@ class Regression:
     trials: tuple[Trial, ...] = ()
     hunks: int = 0
     minimal: bool = True
+    tests: tuple[str, ...] = ()
 
     @property
     def reruns(self) -> int:
@@ -361,9 +366,11 @@ class Regression:
                                  for path in self.files)
             rest = "" if self.minimal else ("; the rerun cap stopped the search before it "
                                             "was minimal")
+            also = (f" and {_plural(len(self.tests), 'more failing test')}" if self.tests
+                    else "")
             return (f"regression since {self.base}: {where} introduced it: reverting "
-                    f"{'it' if _single(self.culprits) else 'them'} alone makes {self.test} "
-                    f"pass ({reruns} over {_plural(self.hunks, 'changed hunk')}{rest})")
+                    f"{'it' if _single(self.culprits) else 'them'} alone makes {self.test}"
+                    f"{also} pass ({reruns} over {_plural(self.hunks, 'changed hunk')}{rest})")
         if self.verdict == TEST_CHANGED:
             return (f"the test changed since {self.base}: {self.test} passes with its test "
                     f"files as they were there and fails with every other change reverted "

@@ -265,8 +265,10 @@ def regression_json(regression: Regression | None) -> dict[str, Any] | None:
         "hunks": regression.hunks,
         "reruns": regression.reruns,
         "minimal": regression.minimal,
+        "tests": list(regression.tests),
         "trials": [{"reverted": list(trial.reverted), "passed": trial.passed,
-                    "seconds": trial.seconds, "outcome": trial.outcome}
+                    "seconds": trial.seconds, "outcome": trial.outcome,
+                    "tests": list(trial.tests)}
                    for trial in regression.trials],
     }
 

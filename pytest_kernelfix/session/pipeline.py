@@ -505,7 +505,8 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
                 change, verifier.first, sandbox, RerunSpec(verifier.setup, sandbox.root, ()),
                 runner=stages.runner, project=project, exclude=exclude,
                 say=lambda line: stages.progress(f"  {line}"), jobs=verifier.setup.jobs,
-                baseline_seconds=sum(phase.seconds for phase in triaged))
+                baseline_seconds=sum(phase.seconds for phase in triaged),
+                others=[n for n in verifier.sensitive if n != verifier.first])
             triaged += trial_phases(regression)
             if regression is not None and regression.verdict == TEST_CHANGED:
                 return done(HealResult(group.id, DECLINED, f"{regression.summary}: nothing to "
@@ -544,7 +545,7 @@ def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
     if regression is None:
         return ()
     return tuple(Phase(f"culprit search ({len(trial.reverted)} hunk(s) reverted)",
-                       (regression.test,), trial.seconds, "ran", trial.outcome)
+                       trial.tests or (regression.test,), trial.seconds, "ran", trial.outcome)
                  for trial in regression.trials)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -98,7 +98,8 @@ class Experiment:
         self.extra = extra
         self.cap = cap
         self.trials: list[Trial] = []
-        self.cache: dict[frozenset[Hunk], bool] = {}
+        #: What each (test, reverted hunks) gave.
+        self.cache: dict[tuple[str, frozenset[Hunk]], bool] = {}
         self.lock = threading.Lock()
         self.total = total
 
@@ -123,25 +124,42 @@ class Experiment:
                 slot.sandbox.write(path, text)
         slot.dirty = set(texts)
 
-    def _run(self, slot: _Slot, hunks: frozenset[Hunk], total: int) -> bool:
+    def _run(self, slot: _Slot, hunks: frozenset[Hunk], total: int,
+             tests: tuple[str, ...] = ()) -> RerunResult:
+        """One trial: ``hunks`` reverted in ``slot``, ``tests`` (the test under study)
+        rerun, stopping at the first that fails."""
+        tests = tests or (self.test,)
         self._write(slot, hunks)
         started = time.monotonic()
-        result = self.runner(replace(self.spec, sandbox_root=slot.sandbox.root))
+        result = self.runner(replace(self.spec, sandbox_root=slot.sandbox.root,
+                                     nodeids=tests))
         seconds = time.monotonic() - started
-        passed = passes(result, self.test)
         what = (f"{len(hunks)} of {total} changed hunk(s)" if len(hunks) != 1
                 else next(iter(hunks)).label)
-        self.say(f"culprit search: {self.test} with {what} reverted: "
-                 f"{tally(result, (self.test,))} ({seconds:.1f} s)")
+        who = tests[0] if len(tests) == 1 else f"{len(tests)} failing tests"
+        self.say(f"culprit search: {who} with {what} reverted: "
+                 f"{tally(result, tests)} ({seconds:.1f} s)")
         with self.lock:
-            self.trials.append(Trial(tuple(h.label for h in _ordered(hunks)), passed,
-                                     round(seconds, 3), tally(result, (self.test,))))
-        return passed
+            self.trials.append(Trial(tuple(h.label for h in _ordered(hunks)),
+                                     all(passes(result, test) for test in tests),
+                                     round(seconds, 3), tally(result, tests), tests))
+        return result
+
+    def _passes(self, slot: _Slot, hunks: frozenset[Hunk], total: int) -> bool:
+        return passes(self._run(slot, hunks, total), self.test)
+
+    def still_failing(self, hunks: frozenset[Hunk], tests: Sequence[str]) -> str:
+        """The first of ``tests`` that still fails with ``hunks`` reverted ("" when they
+        all pass), in one rerun."""
+        if self.cap and len(self.trials) >= self.cap:
+            raise CapReached
+        result = self._run(self._slot(0), hunks, self.total, tuple(tests))
+        return next((test for test in tests if not passes(result, test)), "")
 
     def passes(self, *sets: frozenset[Hunk]) -> list[bool]:
         """Whether the test passes with each set of hunks reverted; the sets not tried
         yet run at the same time, one sandbox each, up to the rerun jobs."""
-        todo = list(dict.fromkeys(s for s in sets if s not in self.cache))
+        todo = list(dict.fromkeys(s for s in sets if (self.test, s) not in self.cache))
         if len(self.trials) + len(todo) > self.cap and self.cap:
             todo = todo[:max(0, self.cap - len(self.trials))]
             if not todo:
@@ -150,16 +168,19 @@ class Experiment:
             batch = todo[start:start + self.jobs]
             if len(batch) == 1 or self.extra is None:
                 for hunks in batch:
-                    self.cache[hunks] = self._run(self._slot(0), hunks, self.total)
+                    self.cache[self.test, hunks] = self._passes(self._slot(0), hunks,
+                                                                self.total)
                 continue
             slots = [self._slot(i) for i in range(len(batch))]
             with ThreadPoolExecutor(len(batch), "kernelfix-culprit") as pool:
-                results = list(pool.map(self._run, slots, batch, [self.total] * len(batch)))
-            self.cache.update(zip(batch, results, strict=True))
-        missing = [s for s in sets if s not in self.cache]
+                results = list(pool.map(self._passes, slots, batch,
+                                        [self.total] * len(batch)))
+            self.cache.update(((self.test, hunks), ok)
+                              for hunks, ok in zip(batch, results, strict=True))
+        missing = [s for s in sets if (self.test, s) not in self.cache]
         if missing:
             raise CapReached
-        return [self.cache[s] for s in sets]
+        return [self.cache[self.test, s] for s in sets]
 
     def close(self) -> None:
         """The current bytes back in every sandbox; the extra sandboxes removed."""
@@ -173,14 +194,17 @@ class Experiment:
 
     # -- the search ------------------------------------------------------------------
 
-    def search(self, hunks: Sequence[Hunk]) -> tuple[frozenset[Hunk], bool]:
-        """A set of ``hunks`` whose revert makes the test pass (all of them do), and
-        whether it is minimal; at the cap, the smallest set seen passing."""
+    def search(self, hunks: Iterable[Hunk], fixed: frozenset[Hunk] = frozenset()
+               ) -> tuple[frozenset[Hunk], bool]:
+        """A set of ``hunks`` whose revert, with ``fixed`` reverted too, makes the test
+        pass (all of them do), and whether it is minimal; at the cap, the smallest set
+        seen passing."""
         try:
-            return self._find(frozenset(hunks), frozenset()), True
+            return self._find(frozenset(hunks), fixed), True
         except CapReached:
-            passing = [hunks for hunks, ok in self.cache.items() if ok]
-            return min(passing, key=len), False
+            passing = [found - fixed for (test, found), ok in self.cache.items()
+                       if ok and test == self.test and fixed <= found]
+            return min(passing, key=len, default=frozenset(hunks)), False
 
     def _find(self, hunks: frozenset[Hunk], fixed: frozenset[Hunk]) -> frozenset[Hunk]:
         """The fewest of ``hunks`` whose revert, with ``fixed`` reverted too, makes the
@@ -219,6 +243,34 @@ def passes(result: RerunResult, test: str) -> bool:
     return result.passed([test]) and not result.timed_out and not result.crash_reason
 
 
+#: Other failing tests whose own share of the culprit is searched, at most.
+MORE_TESTS = 2
+
+
+def _more_tests(experiment: Experiment, everything: frozenset[Hunk],
+                culprits: frozenset[Hunk], minimal: bool, explained: tuple[str, ...],
+                others: Sequence[str]) -> tuple[frozenset[Hunk], bool, tuple[str, ...]]:
+    """The culprit grown by what other failing tests need besides it: one rerun of
+    ``others`` with the culprit reverted; the first that still fails, if it passes with
+    the whole change reverted, gets its share searched with the culprit reverted."""
+    rest = [other for other in others if other not in explained]
+    try:
+        while rest and len(explained) <= MORE_TESTS:
+            failing = experiment.still_failing(culprits, rest)
+            if not failing:
+                return culprits, minimal, (*explained, *rest)
+            experiment.test = failing
+            if not experiment.passes(everything)[0]:
+                break  # it fails on the base too: not this change's doing
+            more, complete = experiment.search(everything - culprits, culprits)
+            culprits, minimal = culprits | more, minimal and complete
+            explained += (failing,)
+            rest.remove(failing)
+    except CapReached:
+        pass
+    return culprits, minimal, explained
+
+
 def revertable(change: Change, exclude: Sequence[str] = ()) -> tuple[Hunk, ...]:
     """The source hunks a sandbox can revert: in files the sandbox copy holds (none that
     ``exclude`` or the sandbox's own defaults leave out)."""
@@ -231,13 +283,18 @@ def revertable(change: Change, exclude: Sequence[str] = ()) -> tuple[Hunk, ...]:
 def find_culprits(change: Change, test: str, sandbox: Sandbox, spec: RerunSpec, *,
                   runner: Runner, project: Project, exclude: Sequence[str] = (),
                   say: Say = lambda line: None, jobs: int = 1,
-                  baseline_seconds: float = 0.0) -> Regression | None:
+                  baseline_seconds: float = 0.0, others: Sequence[str] = ()
+                  ) -> Regression | None:
     """What reverting parts of ``change`` does to ``test`` (which fails now), or None
-    when the change has no hunk to revert."""
+    when the change has no hunk to revert. After a regression, ``others`` (a few more
+    failing tests of the bug) are rerun with the culprit reverted: one that still fails
+    and passes with the whole change reverted has its own share searched the same way,
+    the culprit reverted throughout (:data:`MORE_TESTS` of them at most, within the
+    cap)."""
     hunks = revertable(change, exclude)
-    tests = tuple(h for h in change.test_hunks if h not in hunks and not is_excluded(
+    test_hunks = tuple(h for h in change.test_hunks if h not in hunks and not is_excluded(
         h.path, (*DEFAULT_EXCLUDES, *exclude)))
-    if not hunks and not tests:
+    if not hunks and not test_hunks:
         return None
     timeout = min(spec.setup.timeout, max(MIN_TIMEOUT, TIMEOUT_FACTOR * baseline_seconds))
     spec = replace(spec, nodeids=(test,), stop_early=True,
@@ -249,19 +306,23 @@ def find_culprits(change: Change, test: str, sandbox: Sandbox, spec: RerunSpec, 
 
     experiment = Experiment(change, test, sandbox, spec, runner=runner, say=say,
                             jobs=min(jobs, 2), extra=extra,
-                            cap=trial_cap(max(len(hunks), 1)) + (1 if tests else 0),
+                            cap=trial_cap(max(len(hunks), 1)) + (1 if test_hunks else 0),
                             total=len(hunks))
     base = change.base
     say(f"culprit search: {len(hunks)} changed hunk(s) since {base}"
-        + (f", {len(tests)} in test files (never reverted to find a culprit)" if tests else ""))
+        + (f", {len(test_hunks)} in test files (never reverted to find a culprit)"
+           if test_hunks else ""))
     try:
         everything = frozenset(hunks)
         if hunks and experiment.passes(everything)[0]:
             culprits, minimal = experiment.search(hunks)
+            explained: tuple[str, ...] = (test,)
+            culprits, minimal, explained = _more_tests(experiment, everything, culprits,
+                                                       minimal, explained, others)
             return Regression(base, REGRESSION, test, tuple(_ordered(culprits)),
-                              tuple(experiment.trials), len(hunks), minimal)
-        if tests and experiment.passes(everything | frozenset(tests))[0]:
-            return Regression(base, TEST_CHANGED, test, tests, tuple(experiment.trials),
+                              tuple(experiment.trials), len(hunks), minimal, explained[1:])
+        if test_hunks and experiment.passes(everything | frozenset(test_hunks))[0]:
+            return Regression(base, TEST_CHANGED, test, test_hunks, tuple(experiment.trials),
                               len(hunks))
         return Regression(base, NOT_REGRESSION, test, (), tuple(experiment.trials), len(hunks))
     except (CapReached, SandboxError, OSError) as error:
