@@ -14,7 +14,8 @@ run time, under ``--work`` (cached there between runs):
   with the project's ``compat`` edits (a line that keeps the library importable with the
   installed Triton, the same in both trees; each one says why);
 - the **bugged tree** is the clean tree with the fix commit's non-test hunks reversed
-  (``git apply -R``);
+  (``git apply -R``, or with one line of context, ``-C1``, where the code around a hunk
+  has changed since);
 - the **true fix** is what turns the bugged files back into the clean ones, cut into
   hunks (:func:`fix_hunks`);
 - the **selection** passes on the clean tree and fails on the bugged one, on the CPU
@@ -186,8 +187,11 @@ def bugged_tree(bug: HistoricBug, clean: Path, checkout: Path, work: Path) -> Pa
     diff = _git(checkout, "diff", f"{bug.fix}^", bug.fix, "--", *bug.files)
     if not diff.strip():
         raise RuntimeError(f"{bug.name}: the fix commit changes none of {bug.files}")
-    done = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", "-"], input=diff,
-                          cwd=tree, capture_output=True)
+    for context in ([], ["-C1"]):  # the fix's own context, else one line of it
+        done = subprocess.run(["git", "apply", "-R", *context, "--whitespace=nowarn", "-"],
+                              input=diff, cwd=tree, capture_output=True)
+        if done.returncode == 0:
+            break
     if done.returncode != 0:
         shutil.rmtree(tree, ignore_errors=True)
         raise RuntimeError(f"{bug.name}: the revert does not apply at HEAD: "

@@ -53,3 +53,20 @@ def test_without_the_piece_the_interpreter_still_fails() -> None:
         pytest.skip("a session-wide shim holds the scalars piece")
     with pytest.raises(InterpreterError, match="'float' object has no attribute 'to'"):
         scale(torch.randn(N), 0.25)
+
+
+def test_a_range_loop_index_is_a_tensor_as_when_compiled(shimmed: None) -> None:
+    x = torch.randn(300)
+    out = torch.empty(64)
+    shim_kernels.sum_in_strides[(1,)](x, out, x.numel(), BLOCK=64)
+    padded = torch.cat([x, torch.zeros(20)]).view(5, 64).sum(0)
+    torch.testing.assert_close(out, padded * 2)  # static_range indices 0 and 1: * 1 * 2
+
+
+def test_an_integer_mask_is_read_as_a_boolean_one(shimmed: None) -> None:
+    x = torch.arange(16, dtype=torch.float32)
+    out = torch.full((16,), -1.0)
+    shim_kernels.copy_rows_below_level[(1,)](x, out, 10, 3, BLOCK=16, LEVEL=1)
+    assert out.tolist() == list(range(10)) + [-1.0] * 6
+    shim_kernels.copy_rows_below_level[(1,)](x, out.fill_(-1.0), 10, 1, BLOCK=16, LEVEL=1)
+    assert out.tolist() == [-1.0] * 16  # LEVEL < levels is false: nothing loaded or stored

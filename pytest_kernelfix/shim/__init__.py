@@ -15,7 +15,8 @@ seven independent pieces, each undone by ``uninstall()``:
 - ``bf16``: the interpreter computes bf16 as a GPU does instead of on raw 16-bit
   storage (off with ``bf16=False``; then ``torch.cuda.is_bf16_supported()`` is False).
 - ``libdevice``: ``tl.extra.libdevice`` functions compute with NumPy.
-- ``scalars``: float kernel arguments arrive as fp32 scalars (``eps.to(...)`` works).
+- ``scalars``: float kernel arguments arrive as fp32 scalars (``eps.to(...)`` works),
+  ``range`` loop indices as int32 tensors, integer masks as boolean ones.
 - ``leaks``: calls to ``@triton.jit`` helpers no longer leave interpreter patches in
   ``triton.language.core`` (which broke later GPU compiles in the same process).
 

@@ -76,3 +76,26 @@ def gpu_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     add[(triton.cdiv(n, 128),)](x, y, out, n, BLOCK=128)
     torch.cuda.synchronize()
     return out
+
+
+@triton.jit
+def sum_in_strides(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Sums ``x`` block by block; the loop index is widened with ``.to`` as compiled code can."""
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        offsets = start.to(tl.int64) + cols
+        acc += tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+    for unrolled in tl.static_range(2):  # a constexpr index: stays a Python int
+        acc = acc * (unrolled + 1)
+    tl.store(out_ptr + cols, acc)
+
+
+@triton.jit
+def copy_rows_below_level(x_ptr, out_ptr, n, levels, BLOCK: tl.constexpr, LEVEL: tl.constexpr):
+    """Copies the first ``n`` rows when ``LEVEL < levels``: the mask is a boolean block and
+    a comparison with a constexpr, which the interpreter's ``&`` makes int32."""
+    rows = tl.arange(0, BLOCK)
+    mask = (rows < n)[:, None] & (levels > LEVEL)
+    values = tl.load(x_ptr + rows[:, None], mask=mask, other=0.0)
+    tl.store(out_ptr + rows[:, None], values, mask=mask)
