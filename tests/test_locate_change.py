@@ -70,15 +70,26 @@ def test_added_and_removed_files_revert_to_absent_and_back() -> None:
     assert change.reverted(removed.hunks) == {"old.py": "y = 2\n"}
 
 
-def test_the_diff_leads_with_the_files_asked_for_and_is_bounded() -> None:
-    files = tuple(FileChange(f"pkg/m{i}.py", BASE, edited(BASE, l10=f"changed {i}\n"))
-                  for i in range(30))
-    change = Change("main", (*files, FileChange("tests/test_m.py", "a\n", "b\n", test=True)))
-    diff = change.diff(["pkg/m7.py"], limit=1_000)
-    assert diff.startswith("--- a/pkg/m7.py") and len(diff) < 1_200
-    assert "tests/test_m.py" not in diff
-    assert diff.rstrip().endswith("...]") and "more changed file(s) not shown" in diff
-    assert change.changed_tests == ("tests/test_m.py",)
+def test_every_hunk_now_comes_before_any_base_text_and_the_bug_s_files_lead() -> None:
+    """The current lines (what a fix quotes) of every hunk fit before the base's lines
+    take the room left; the bug's own file leads, those left out are named, and tests are
+    named, never shown."""
+    long_base = "".join(f"an old line of the base, number {i}\n" for i in range(40))
+    files = tuple(FileChange(f"pkg/m{i}.py", long_base + BASE,
+                             long_base.replace("line of", "LINE OF") + BASE)
+                  for i in range(3))
+    test = FileChange("tests/test_m.py", "a\n", "b\n", test=True)
+    change = Change("main", (*files, test))
+    view = change_view(change, first=["pkg/m2.py"], limit=4_000)
+    assert view.culprit == "" and view.tests == ("tests/test_m.py",)
+    assert view.diff.startswith("pkg/m2.py, lines 1-40, now (with the lines around):")
+    now = "".join(f"an old LINE OF the base, number {i}\n" for i in range(40))
+    assert view.diff.count(now) == 2  # m2 and m0 whole, then the base's lines of m2 cut
+    assert view.diff.index("pkg/m0.py, lines 1-40, now") > view.diff.index(
+        "more lines of the base left out]")
+    assert "before the change: 40 lines (left out: no room)" in view.diff
+    assert view.diff.endswith("[... 1 more changed hunk not shown: pkg/m1.py:1-40]")
+    assert "test_m" not in view.diff and len(view.diff) < 4_000
 
 
 MODULE = '''\
@@ -157,19 +168,22 @@ def _regression(hunks: tuple[Hunk, ...]) -> Regression:
 
 
 def test_the_view_shows_the_culprit_beside_the_base_and_says_how_it_was_found() -> None:
-    current = edited(BASE, l3="three\n", l20="twenty\n")
+    current = edited(BASE, l3="three\n", l20="twenty\n", l27="twenty-seven\n")
     change = Change("main (abc)", (FileChange("m.py", BASE, current),))
-    view = change_view(change, _regression(change.hunks[:1]))
-    assert "-line 3\n+three\n" in view.diff and "+twenty" in view.diff
-    assert ("m.py, line 3, now (with the lines around):\n```python\nline 2\nthree\n"
-            "line 4\n```\nbefore the change:\n```python\nline 3\n```") in view.culprit
+    view = change_view(change, _regression(change.hunks[1:2]))
+    assert view.culprit.startswith("tests/test_k.py::test_k fails on the current code")
+    assert ("m.py, line 20, now (with the lines around):\n```python\nline 19\ntwenty\n"
+            "line 21\n```\nbefore the change:\n```python\nline 20\n```") in view.culprit
+    # the rest: the hunk nearest the culprit first
+    assert view.diff.index("m.py, line 27, now") < view.diff.index("m.py, line 3, now")
+    assert "three" not in view.culprit and "\nthree\n" in view.diff
     removed = Change("main", (FileChange("m.py", BASE, edited(BASE, l10="")),))
     text = change_view(removed, _regression(removed.hunks)).culprit
     assert "removed lines, before line 10, now (with the lines around):\n```python\n" \
         "line 9\nline 11\n```\nbefore the change:\n```python\nline 10\n```" in text
     assert "1 reruns" not in view.culprit and view.size > len(view.diff) + len(view.culprit)
-    summary = _regression(change.hunks[:1]).summary
-    assert summary.startswith("regression since main (abc): line 3 of m.py introduced it")
+    summary = _regression(change.hunks[1:2]).summary
+    assert summary.startswith("regression since main (abc): line 20 of m.py introduced it")
     assert "(1 rerun over 4 changed hunks)" in summary
 
 

@@ -214,8 +214,12 @@ def test_a_committed_change_is_bisected_to_the_culprit_hunk(
     assert "kernels/ops.py:scale_kernel" in scale["shown"]
     text = prompt(root, scale)
     assert "## What changed since HEAD~1" in text
-    assert "## Reverting these lines alone makes the test pass" in text
-    assert text.count(BAD.strip()) >= 2 and GOOD.strip() in text
+    culprit = text.split("### Reverting these lines alone makes the test pass")[1]
+    culprit, rest = culprit.split("### The rest of the change")
+    assert BAD.strip() in culprit and GOOD.strip() in culprit and "# rows" not in culprit
+    # every other hunk's current lines are shown too, the culprit's own file first
+    assert rest.index("# rows") < rest.index("# three") < rest.index("kernels/shift.py")
+    assert "return n + 2" in rest
     assert "kernels/util.py" in scale["files"]  # what the change touched is editable
     assert scale["status"] == "healed" and scale["revert"] is True
     # the other bug was there before the change: said, and healed as without a base
@@ -269,7 +273,8 @@ def test_without_git_one_line_then_the_last_green_run_is_the_base(
     pytester: pytest.Pytester
 ) -> None:
     """No git: the first failure heals as without a base, with one line saying why; a
-    green session records the files; the next failure is compared with that state."""
+    green session records the files; the next failure is compared with that state. Then
+    in git, a base the clone lacks: one line, and healing as without a base."""
     root = pytester.path
     write(root, {"kernels/__init__.py": "", "kernels/ops.py": OPS.replace(GOOD, BAD),
                  "kernels/util.py": UTIL, "tests/test_ops.py": TEST_OPS, "pytest.ini": INI,
@@ -298,3 +303,15 @@ def test_without_git_one_line_then_the_last_green_run_is_the_base(
     assert [c["current"] for c in regression["culprits"]] == [[BAD.rstrip()]]
     assert bug["status"] == "healed"
     assert "no base to compare" not in third.stdout.str()
+    # now in git, with a base the clone does not have: one line, healed as without one
+    git(root, "init", "-q")
+    commit(root, "a clone without the target branch")
+    fourth = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelfix",
+                                           "--kernelfix-base", "origin/main",
+                                           "--kernelfix-rounds=1")
+    fourth.assert_outcomes(failed=2)
+    (bug,) = report_of(root)["bugs"]
+    assert bug["status"] == "healed" and bug["regression"] is None
+    lines = [row for row in fourth.stdout.lines if "origin/main" in row]
+    assert len(lines) == 1 and "is not in this clone" in lines[0], lines
+    assert "healing goes on without a base" in lines[0]

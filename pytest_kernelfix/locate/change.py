@@ -29,12 +29,12 @@ from pytest_kernelfix.project import Project
 
 #: Changed runs separated by at most this many unchanged lines are one hunk.
 MERGE_GAP = 2
-#: What the prompt's diff of the change takes at most, in characters; once the culprit
-#: lines are known (they are shown beside the base's), less.
-DIFF_BUDGET = 3_000
-DIFF_BUDGET_FOUND = 1_000
-#: What the prompt's culprit lines (now and at the base) take at most, in characters.
-CULPRIT_BUDGET = 2_500
+#: What the prompt's view of the change takes at most, in characters: each hunk's current
+#: lines first (the culprit's, then those closest to it), then the base's lines they
+#: replaced, as far as they fit.
+CHANGE_BUDGET = 5_000
+#: One hunk's current lines take at most this much of it (a new file, a long rewrite).
+HUNK_BUDGET = 1_500
 #: Files the change adds to a bug's editable files at most (besides the culprit's).
 MAX_CHANGED_FILES = 4
 #: Definitions the change touched that are pinned (shown in full) at most, besides the
@@ -135,35 +135,6 @@ class Change:
                 texts[path] = revert_text(change, chosen)
         return texts
 
-    def diff(self, first: Sequence[str] = (), limit: int = DIFF_BUDGET) -> str:
-        """A unified diff of the non-test files, ``first`` (paths) leading, within
-        ``limit`` characters; the files left out are named on a last line."""
-        order = sorted((c for c in self.files if not c.test),
-                       key=lambda c: (c.path not in first, first.index(c.path)
-                                      if c.path in first else 0, c.path))
-        parts: list[str] = []
-        left: list[str] = []
-        used = 0
-        for change in order:
-            text = file_diff(change)
-            if not text:
-                continue
-            if used + len(text) > limit:
-                room = limit - used
-                if not parts and room > 400:  # the first file, cut at a line
-                    cut = text[:room].rsplit("\n", 1)[0]
-                    parts.append(cut + "\n[... the rest of this file's diff is left out]\n")
-                    used = limit
-                    continue
-                left.append(change.path)
-                continue
-            parts.append(text)
-            used += len(text)
-        if left:
-            parts.append(f"[... {len(left)} more changed file(s) not shown: "
-                         f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}]\n")
-        return "".join(parts)
-
     @property
     def changed_tests(self) -> tuple[str, ...]:
         return tuple(change.path for change in self.files if change.test and change.hunks)
@@ -209,19 +180,6 @@ def revert_text(change: FileChange, hunks: Iterable[Hunk]) -> str | None:
     if len(chosen) == len(change.hunks):
         return change.base  # exactly, whatever difflib made of the line ends
     return text
-
-
-def file_diff(change: FileChange, context: int = 2) -> str:
-    """One file's change as a git-style unified diff."""
-    old, new = _lines(change.base), _lines(change.current)
-    if old == new:
-        return ""
-    before = f"a/{change.path}" if change.base is not None else "/dev/null"
-    after = f"b/{change.path}" if change.current is not None else "/dev/null"
-    lines = []
-    for line in difflib.unified_diff(old, new, before, after, n=context):
-        lines.append(line if line.endswith("\n") else line + "\n")
-    return "".join(lines)
 
 
 # -- what the change touched -----------------------------------------------------------
@@ -397,39 +355,7 @@ def _lines_word(spans: str) -> str:
     return f"line {spans}" if single else f"lines {spans}"
 
 
-def culprit_text(regression: Regression, change: Change | None = None,
-                 limit: int = CULPRIT_BUDGET) -> str:
-    """The culprit lines for a prompt: each hunk as it reads now, with :data:`CONTEXT`
-    unchanged lines around it (from ``change``), and the base's lines it replaced;
-    bounded (the hunks left out are counted)."""
-    parts = [
-        f"{regression.test} fails on the current code and passes when only these lines "
-        f"of the change since {regression.base} are put back as they were (found by "
-        f"{_plural(regression.reruns, 'rerun')} in a sandbox copy). Fix the fault there and "
-        "keep what the change meant to do: a plain revert undoes the change.",
-    ]
-    used = len(parts[0])
-    for number, hunk in enumerate(regression.culprits):
-        file = change.file(hunk.path) if change is not None else None
-        now = _around(file.current if file else None, hunk.start, hunk.end, hunk.lines)
-        was = "\n".join(hunk.base_lines) or "(nothing: the change added them)"
-        where = (f"{_lines_word(hunk.span)}" if hunk.lines else
-                 f"where the change removed lines, before line {hunk.start}")
-        block = (f"\n{hunk.path}, {where}, now"
-                 f"{' (with the lines around)' if file else ''}:\n{_fence(now)}\n"
-                 f"before the change:\n{_fence(was)}")
-        if used + len(block) > limit and number:
-            parts.append(f"\n[... {len(regression.culprits) - number} more hunk(s) of the "
-                         "culprit left out; the diff above has them]")
-            break
-        if used + len(block) > limit:
-            block = block[:limit - used].rsplit("\n", 1)[0] + "\n```"
-        parts.append(block)
-        used += len(block)
-    return "\n".join(parts)
-
-
-#: Unchanged lines shown around each culprit hunk.
+#: Unchanged lines shown around each hunk.
 CONTEXT = 1
 
 
@@ -438,7 +364,7 @@ def _around(text: str | None, start: int, end: int, lines: Sequence[str]) -> str
     the nearest line with text on it (where nothing is, the lines around the place), or
     just ``lines`` without the text."""
     if text is None:
-        return "\n".join(lines) or "(nothing here)"
+        return "\n".join(lines) or "(nothing here: the change removed the file)"
     rows = text.splitlines()
     first, last = start - 1, max(end, start - 1)  # the hunk is rows[first:last]
     low = first
@@ -461,10 +387,63 @@ def _fence(text: str) -> str:
     return f"{ticks}python\n{text}\n{ticks}"
 
 
+def _cut(text: str, limit: int, what: str) -> str:
+    """``text`` within about ``limit`` characters, cut at a line, the lines left out
+    counted."""
+    if len(text) <= limit:
+        return text
+    lines = text.split("\n")
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        if size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join([*kept, f"[... {_plural(len(lines) - len(kept), 'more line')} {what} "
+                             "left out]"])
+
+
+def hunk_order(change: Change, regression: Regression | None = None,
+               first: Sequence[str] = ()) -> tuple[Hunk, ...]:
+    """The hunks of the project's non-test files in the order a prompt spends its room on
+    them: the culprit's; then those of the culprit's files, the nearest to a culprit line
+    first; then those of ``first`` (the bug's files), then the rest, each in line order."""
+    culprits = regression.culprits if regression is not None and (
+        regression.verdict == REGRESSION) else ()
+    chosen = [hunk for hunk in culprits if not hunk.test]
+    files = list(dict.fromkeys([*(hunk.path for hunk in chosen), *first]))
+
+    def key(hunk: Hunk) -> tuple[int, str, int, int]:
+        near = [abs(hunk.start - other.start) for other in chosen if other.path == hunk.path]
+        rank = files.index(hunk.path) if hunk.path in files else len(files)
+        return (rank, hunk.path if rank == len(files) else "", min(near, default=0),
+                hunk.start)
+
+    keys = {(h.path, h.start, h.end) for h in chosen}
+    rest = sorted((hunk for hunk in change.source_hunks
+                   if (hunk.path, hunk.start, hunk.end) not in keys), key=key)
+    return (*chosen, *rest)
+
+
+def _hunk_block(hunk: Hunk, now: str, was: str, *, around: bool) -> str:
+    """One hunk for a prompt: its lines now, then the base's (``was``; "" when there was
+    no room for them)."""
+    where = (_lines_word(hunk.span) if hunk.lines
+             else f"where the change removed lines, before line {hunk.start}")
+    block = (f"{hunk.path}, {where}, now{' (with the lines around)' if around else ''}:\n"
+             f"{_fence(now)}\nbefore the change:")
+    if not was:
+        return f"{block} {_plural(len(hunk.base_lines), 'line')} (left out: no room)"
+    return f"{block}\n{_fence(was)}"
+
+
 @dataclass(frozen=True)
 class ChangeView:
-    """The change as a prompt shows it: the base's name, the bounded diff of the
-    project's non-test files, the culprit lines found by experiment ("" when none), and
+    """The change as a prompt shows it: the base's name; ``culprit``: how the experiment
+    found the culprit hunks, and each of them now and at the base ("" when none was
+    found); ``diff``: the change's other hunks of the project's non-test files, the same
+    way (the current lines, which a fix quotes, then the base's), those left out named;
     the changed test files (named, not shown)."""
 
     base: str
@@ -475,14 +454,58 @@ class ChangeView:
 
 
 def change_view(change: Change, regression: Regression | None = None,
-                first: Sequence[str] = ()) -> ChangeView:
-    """What a prompt shows of ``change``; ``first`` are the files its diff leads with."""
+                first: Sequence[str] = (), limit: int = CHANGE_BUDGET) -> ChangeView:
+    """What a prompt shows of ``change`` within ``limit`` characters; ``first`` are the
+    bug's files, whose hunks come before the rest.
+
+    Every hunk's current lines (with the lines around them, so the place of removed lines
+    shows too) come first, in :func:`hunk_order`, while they fit: they are what a fix
+    edits and quotes. The base's lines each replaced come next, in the same order, cut
+    where the room ends.
+    """
     found = regression is not None and regression.verdict == REGRESSION
-    culprits = regression.files if regression is not None else ()
-    diff = change.diff([*culprits, *first], DIFF_BUDGET_FOUND if found else DIFF_BUDGET)
-    culprit = culprit_text(regression, change) if regression is not None and found else ""
-    return ChangeView(change.base, diff, culprit, change.changed_tests,
-                      len(diff) + len(culprit) + 200)
+    order = hunk_order(change, regression, first)
+    culprits = sum(not hunk.test for hunk in regression.culprits) if (
+        found and regression is not None) else 0
+    intro = ""
+    if found and regression is not None:
+        intro = (f"{regression.test} fails on the current code and passes when only these "
+                 f"lines of the change since {regression.base} are put back as they were "
+                 f"(found by {_plural(regression.reruns, 'rerun')} in a sandbox copy). Fix "
+                 "the fault there and keep what the change meant to do: a plain revert "
+                 "undoes the change.")
+    used = len(intro) + 200
+    nows: list[str] = []
+    for hunk in order:
+        file = change.file(hunk.path)
+        now = _cut(_around(file.current if file else None, hunk.start, hunk.end,
+                           hunk.lines), HUNK_BUDGET, "of this hunk")
+        cost = len(now) + len(hunk.path) + 80
+        if nows and used + cost > limit:
+            break
+        nows.append(now)
+        used += cost
+    shown = order[:len(nows)]
+    was: list[str] = []
+    for hunk in shown:
+        room = limit - used - 40
+        if not hunk.base_lines or room < 80:
+            was.append("" if hunk.base_lines else "(nothing: the change added them)")
+            continue
+        text = _cut("\n".join(hunk.base_lines), room, "of the base")
+        was.append(text)
+        used += len(text) + 40
+    blocks = [_hunk_block(hunk, now, old, around=change.file(hunk.path) is not None)
+              for hunk, now, old in zip(shown, nows, was, strict=True)]
+    left = order[len(shown):]
+    tail = ""
+    if left:
+        names = ", ".join(hunk.label for hunk in left[:8]) + (", ..." if len(left) > 8 else "")
+        tail = f"[... {_plural(len(left), 'more changed hunk')} not shown: {names}]"
+    culprit = "\n\n".join([intro, *blocks[:culprits]]) if found else ""
+    rest = "\n\n".join([*blocks[culprits:], *([tail] if tail else [])])
+    return ChangeView(change.base, rest, culprit, change.changed_tests,
+                      len(rest) + len(culprit) + 400)
 
 
 def reverts_only(change: Change, original: Mapping[str, str], final: Mapping[str, str]
