@@ -1,7 +1,8 @@
 """Regression-aware healing on real bugs: each historic bug injected as a commit.
 
     .venv/bin/python benchmarks/regress_bench.py --checkout liger=/path/to/Liger-Kernel \\
-        [--checkout fla=...] [--work DIR] [--only NAME ...] [--plain] [--json OUT]
+        [--checkout fla=...] [--work DIR] [--only NAME ...] [--plain] [--base-only]
+        [--reuse] [--json OUT]
 
 The bugs are those of the historic-bug benchmark (``historic_bench.py``: real fix
 commits of public Triton libraries, reverted at the library's HEAD, with a selection of
@@ -176,14 +177,19 @@ def culprit_matches(mat: Materialised, culprit: dict) -> bool:
 
 
 def heal(mat: Materialised, work: Path, base: str, plain: bool, rounds: int,
-         timeout: int) -> Run:
-    """``pytest --kernelfix`` with the oracle on a fresh injected repository."""
+         timeout: int, reuse: bool = False) -> Run:
+    """``pytest --kernelfix`` with the oracle on a fresh injected repository; with
+    ``reuse``, a run that finished before in ``work`` is read again instead."""
     run = work / "regress-runs" / mat.bug.name / base.replace("~", "-")
+    root = run / "tree"
+    log = run / "oracle.jsonl"
+    if reuse and (run / "pytest.out").exists():
+        seconds_file = run / "seconds.txt"
+        seconds = float(seconds_file.read_text()) if seconds_file.exists() else 0.0
+        return read_run(mat, root, log, base, seconds, (run / "pytest.out").read_text())
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    root = run / "tree"
     injected_repo(mat, root, plain)
-    log = run / "oracle.jsonl"
     spec = run / "spec.json"
     spec.write_text(json.dumps({"log": str(log), "always": False,
                                 "hunks": [asdict(h) for h in mat.hunks]}))
@@ -208,6 +214,13 @@ def heal(mat: Materialised, work: Path, base: str, plain: bool, rounds: int,
         out = f"timed out after {timeout} s: {expired.stdout!s}"[-3000:]
     seconds = time.monotonic() - started
     (run / "pytest.out").write_text(out)
+    (run / "seconds.txt").write_text(f"{seconds:.1f}\n")
+    return read_run(mat, root, log, base, seconds, out)
+
+
+def read_run(mat: Materialised, root: Path, log: Path, base: str, seconds: float,
+             out: str) -> Run:
+    """One finished heal, from its report and the oracle's log."""
     outcome = judge(mat, root, log, seconds, out)
     report_path = root / ".kernelfix" / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {"bugs": []}
@@ -295,6 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--base-only", action="store_true",
                         help="heal with --kernelfix-base HEAD~1 only (no run without a base)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read the runs that finished before in --work again instead "
+                        "of running them (after an interruption)")
     options = parser.parse_args(argv)
     projects, bugs = load(options.catalogue)
     given = checkouts(options.checkout)
@@ -315,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"work dir: {work}")
     pairs = []
     for mat in mats:
-        runs = [heal(mat, work, base, options.plain, options.rounds, options.timeout)
+        runs = [heal(mat, work, base, options.plain, options.rounds, options.timeout,
+                     options.reuse)
                 for base in (("HEAD~1",) if options.base_only else ("HEAD~1", "none"))]
         pair = (runs[0], runs[-1])
         print(f"{mat.bug.name}: {pair[0].verdict or 'no experiment'}, culprits "
