@@ -9,24 +9,29 @@ Each bug is one line of liger's code changed and fails 10-30 of those tests:
 
 - ``norm``: the RMSNorm forward kernel's mean square (a normalisation kernel);
 - ``helper``: ``silu``, a ``@triton.jit`` helper of the SwiGLU kernels;
-- ``settings``: ``calculate_settings``, the wrapper helper every op asks for its block size.
+- ``settings``: ``calculate_settings``, the wrapper helper every op asks for its block size;
+- ``norm-long`` (only with ``--only``): the ``norm`` bug in a selection whose plain run takes
+  over a minute: a GEGLU test module runs first, the RMSNorm tests (failing) in the middle,
+  more SwiGLU cases last. With ``--latency 20`` the scripted model answers after 20 s: what
+  healing while the tests run hides of a model's latency.
 
 For each bug, in its own copy of the project and in one run of this script (the machine is
 shared: only ratios of one run mean anything):
 
 1. a plain ``pytest`` of the whole selection, and of its failing tests alone;
 2. ``pytest --kernelfix`` of the selection, a conftest hook answering the true fix at once
-   (model time is zero): with ``--baseline REV``, first with the plugin as it was at REV
-   (the "before"); then the exhaustive way (``--kernelfix-verify thorough
-   --kernelfix-rerun-jobs 1``: every failing test at every step, one child per rerun) and
-   the default way (staged, parallel children).
+   (model time is zero, or ``--latency`` seconds): with ``--baseline REV``, first with the
+   plugin as it was at REV (the "before"); then the exhaustive way (``--kernelfix-verify
+   thorough --kernelfix-rerun-jobs 1``: every failing test at every step, one child per
+   rerun) and the default way (``--modes`` chooses among them).
 
 It prints, per bug and in total: the heal's seconds (report.json: triage and every rerun)
 divided by the plain run of the failing tests, the whole session divided by the plain run
-of the selection, and the test executions per verification phase.
+of the selection (and what it adds to it, in seconds), and the test executions per
+verification phase.
 
     .venv/bin/python benchmarks/economy_bench.py [--only norm,helper] [--keep DIR] \
-        [--baseline REV]
+        [--baseline REV] [--modes staged] [--latency 20]
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ kernelfix_select = launched
 """
 
 HOOK = '''import json
+import os
+import time
 from pathlib import Path
 
 from pytest_kernelfix import Modification
@@ -65,7 +72,8 @@ ANSWER = json.loads((Path(__file__).parent / "answer.json").read_text())
 
 
 def pytest_kernelfix_propose(request, config):
-    """The true fix, at once (a scripted model: no model time)."""
+    """The true fix, after KFX_LATENCY seconds (a scripted model: no model time)."""
+    time.sleep(float(os.environ.get("KFX_LATENCY", "0")))
     return [Modification(old, new, file=path) for path, old, new in ANSWER]
 '''
 
@@ -120,12 +128,12 @@ import torch
 
 from lk.ops.swiglu import LigerSiLUMulFunction
 
-SHAPES = [(2, 64, 256), (1, 128, 512), (3, 48, 384), (2, 32, 1024)]
+SHAPES = [(2, 64, 256), (1, 128, 512), (3, 48, 384), (2, 32, 1024)]{more_shapes}
 
 
 @pytest.mark.parametrize("bs, sl, hd", SHAPES)
 @pytest.mark.parametrize("dtype, atol, rtol", [(torch.float32, 1e-5, 1e-5),
-                                               (torch.float16, 1e-2, 1e-2)])
+                                               (torch.float16, 1e-2, 1e-2)]{more_dtypes})
 def test_silu_mul_forward(bs, sl, hd, dtype, atol, rtol):
     torch.manual_seed(0)
     a = torch.randn(bs, sl, hd, device="cuda", dtype=dtype)
@@ -152,12 +160,56 @@ def test_silu_mul_backward(bs, sl, hd):
 '''
 
 
+#: The ``norm-long`` selection: more SwiGLU cases, and GEGLU's (which run first).
+MORE_SHAPES = " + [(4, 64, 256), (2, 96, 512), (1, 256, 384), (3, 32, 1024)]"
+MORE_DTYPES = " + [(torch.bfloat16, 2e-2, 2e-2)]"
+
+GEGLU_TEST = '''import pytest
+import torch
+
+from lk.ops.geglu import LigerGELUMulFunction
+
+SHAPES = [(2, 64, 256), (1, 128, 512), (3, 48, 384), (2, 32, 1024), (4, 64, 256),
+          (2, 96, 512), (1, 256, 384), (3, 32, 1024)]
+
+
+@pytest.mark.parametrize("bs, sl, hd", SHAPES)
+@pytest.mark.parametrize("dtype, atol, rtol", [(torch.float32, 1e-5, 1e-5),
+                                               (torch.float16, 1e-2, 1e-2),
+                                               (torch.bfloat16, 2e-2, 2e-2)])
+def test_gelu_mul_forward(bs, sl, hd, dtype, atol, rtol):
+    torch.manual_seed(0)
+    a = torch.randn(bs, sl, hd, device="cuda", dtype=dtype)
+    b = torch.randn(bs, sl, hd, device="cuda", dtype=dtype)
+    c = LigerGELUMulFunction.apply(a, b)
+    ref = torch.nn.functional.gelu(a.float(), approximate="tanh") * b.float()
+    torch.testing.assert_close(c, ref.to(dtype), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("bs, sl, hd", SHAPES)
+def test_gelu_mul_backward(bs, sl, hd):
+    torch.manual_seed(0)
+    a = torch.randn(bs, sl, hd, device="cuda", requires_grad=True)
+    b = torch.randn(bs, sl, hd, device="cuda", requires_grad=True)
+    ar = a.detach().clone().requires_grad_(True)
+    br = b.detach().clone().requires_grad_(True)
+    c = LigerGELUMulFunction.apply(a, b)
+    ref = torch.nn.functional.gelu(ar, approximate="tanh") * br
+    g = torch.randn_like(c)
+    c.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(a.grad, ar.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(b.grad, br.grad, atol=1e-4, rtol=1e-4)
+'''
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
     path: str  # in the project
     old: str
     new: str
+    long: bool = False  # the selection of over a minute (GEGLU first, more SwiGLU)
 
 
 BUGS = (
@@ -170,7 +222,12 @@ BUGS = (
     Bug("settings", "lk/ops/utils.py",
         "    BLOCK_SIZE = triton.next_power_of_2(n)\n",
         "    BLOCK_SIZE = triton.next_power_of_2(n) // 2\n"),
+    Bug("norm-long", "lk/ops/rms_norm.py",
+        "    mean_square = tl.sum(X_row * X_row, axis=0) / n_cols\n",
+        "    mean_square = tl.sum(X_row * X_row, axis=0) / (2 * n_cols)\n", long=True),
 )
+#: What a run without ``--only`` heals.
+DEFAULT_BUGS = ("norm", "helper", "settings")
 
 MODES = {
     "exhaustive": ("--kernelfix-verify=thorough", "--kernelfix-rerun-jobs=1"),
@@ -179,11 +236,14 @@ MODES = {
 
 
 def build(root: Path, bug: Bug) -> None:
-    copy_liger(root, ("rms_norm", "swiglu"))
+    copy_liger(root, ("rms_norm", "swiglu", "geglu") if bug.long else ("rms_norm", "swiglu"))
     target = root / bug.path
     target.write_text(replace_first(target.read_text(), bug.old, bug.new, bug.name))
     (root / "tests" / "test_rms_norm.py").write_text(RMS_TEST)
-    (root / "tests" / "test_swiglu.py").write_text(SWIGLU_TEST)
+    (root / "tests" / "test_swiglu.py").write_text(SWIGLU_TEST.format(
+        more_shapes=MORE_SHAPES if bug.long else "", more_dtypes=MORE_DTYPES if bug.long else ""))
+    if bug.long:
+        (root / "tests" / "test_geglu.py").write_text(GEGLU_TEST)
     (root / "pytest.ini").write_text(INI)
     (root / "conftest.py").write_text(HOOK)
     (root / "answer.json").write_text(json.dumps([[bug.path, bug.new, bug.old]]))
@@ -203,17 +263,19 @@ def pytest_run(root: Path, *args: str, plugin: Path | None = None
     return time.monotonic() - started, done
 
 
-def failing(root: Path) -> tuple[float, list[str], int]:
-    """A plain run of the selection: (seconds, failing nodeids, tests)."""
+def failing(root: Path) -> tuple[float, list[str], int, tuple[int, int]]:
+    """A plain run of the selection: (seconds, failing nodeids, tests, the positions of
+    the first and last failing test in the run, from 1)."""
     xml = root / "plain.xml"
     seconds, _ = pytest_run(root, f"--junitxml={xml}", "tests")
-    failed, total = [], 0
+    failed, total, where = [], 0, []
     for case in ElementTree.parse(xml).iter("testcase"):
         total += 1
         if case.find("failure") is not None or case.find("error") is not None:
             path = case.get("classname", "").replace(".", "/") + ".py"
             failed.append(f"{path}::{case.get('name')}")
-    return seconds, failed, total
+            where.append(total)
+    return seconds, failed, total, (min(where, default=0), max(where, default=0))
 
 
 def executions(bug: dict) -> Counter[str]:  # type: ignore[type-arg]
@@ -233,27 +295,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated bug names")
     parser.add_argument("--keep", type=Path, default=None, help="keep the projects here")
-    parser.add_argument("--baseline", default=None, metavar="REV",
-                        help="also heal every bug with the plugin as it was at REV")
+    parser.add_argument("--baseline", default=None, metavar="REV[,REV]",
+                        help="also heal every bug with the plugin as it was at each REV")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated, of {', '.join(MODES)} (default: all)")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+                        help="the scripted model answers after this many seconds")
     args = parser.parse_args(argv)
-    chosen = [b for b in BUGS if not args.only or b.name in args.only.split(",")]
+    if args.latency:
+        os.environ["KFX_LATENCY"] = str(args.latency)
+    names = args.only.split(",") if args.only else DEFAULT_BUGS
+    chosen = [b for b in BUGS if b.name in names]
     base = args.keep or Path(tempfile.mkdtemp(prefix="economy-"))
     base.mkdir(parents=True, exist_ok=True)
     modes: dict[str, tuple[tuple[str, ...], Path | None]] = {
-        mode: (options, None) for mode, options in MODES.items()}
-    if args.baseline:
-        modes = {f"before ({args.baseline[:7]})": ((), extract(args.baseline, base)), **modes}
+        mode: (options, None) for mode, options in MODES.items()
+        if mode in args.modes.split(",")}
+    for rev in reversed([rev for rev in (args.baseline or "").split(",") if rev]):
+        modes = {f"at {rev[:7]}": ((), extract(rev, base / rev)), **modes}
     print(f"load average before: {os.getloadavg()}")
     totals: dict[str, list[float]] = {mode: [0.0, 0.0, 0.0, 0.0] for mode in modes}
     started = time.monotonic()
     for bug in chosen:
         root = base / bug.name
         build(root, bug)
-        plain_selection, failed, total = failing(root)
+        plain_selection, failed, total, (first, last) = failing(root)
         plain_failing, _ = pytest_run(root, *failed)
-        print(f"\n== {bug.name}: {len(failed)} of {total} selected tests fail; plain run of "
-              f"the selection {plain_selection:.1f} s, of the failing tests "
-              f"{plain_failing:.1f} s")
+        print(f"\n== {bug.name}: {len(failed)} of {total} selected tests fail (tests {first} to "
+              f"{last} of the run); plain run of the selection {plain_selection:.1f} s, of the "
+              f"failing tests {plain_failing:.1f} s")
         for mode, (options, plugin) in modes.items():
             report_dir = root / ".kernelfix"
             session, done = pytest_run(root, "--kernelfix", "--kernelfix-rounds=1",
@@ -268,8 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs.update(executions(b))
             print(f"  {mode:<10} healed {healed}/{len(bugs)} bug(s); heal {heal:.1f} s = "
                   f"{heal / plain_failing:.2f}x the failing tests' plain run; session "
-                  f"{session:.1f} s = {session / plain_selection:.2f}x the selection's; "
-                  f"reruns {report['reruns']['count']} ({report['reruns']['mode']})")
+                  f"{session:.1f} s = {session / plain_selection:.2f}x the selection's "
+                  f"(+{session - plain_selection:.1f} s); reruns {report['reruns']['count']} "
+                  f"in {report['reruns'].get('children', '?')} children "
+                  f"({report['reruns']['mode']}); overlap {report.get('overlap')}")
             print(f"  {'':<10} test executions per phase: "
                   + ", ".join(f"{name} {count}" for name, count in runs.items()))
             if healed != len(bugs) or done.returncode not in (0, 1):
@@ -280,11 +352,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             total_row[1] += plain_failing
             total_row[2] += session
             total_row[3] += plain_selection
-            (report_dir / "report.json").rename(root / f"report-{mode.split()[0]}.json")
+            (report_dir / "report.json").rename(root / f"report-{mode.replace(' ', '-')}.json")
     print("\n== total")
     for mode, (heal, plain_failing, session, plain_selection) in totals.items():
         print(f"  {mode:<10} heal / plain failing = {heal / plain_failing:.2f}x; session / plain "
-              f"selection = {session / plain_selection:.2f}x")
+              f"selection = {session / plain_selection:.2f}x (+{session - plain_selection:.1f} s)")
     print(f"whole benchmark {time.monotonic() - started:.0f} s; load average after: "
           f"{os.getloadavg()}")
     if args.keep is None:

@@ -5,13 +5,18 @@
     gate), forked from the warm rerun server, and as a fresh subprocess for reference;
     the overhead is the rerun's wall time beyond the test's own (setup + call + teardown);
 (c) a whole ``pytest --kernelfix`` session with 4 independent recipe-fixable bugs (one
-    ``tl.tanh`` kernel per file), with ``--kernelfix-workers`` 1 and 2.
+    ``tl.tanh`` kernel per file), with ``--kernelfix-workers`` 1 and 2;
+(d) two small bugs (two kernels, two failing tests each), healed by a default session: its
+    healing time (report.json) and what it adds to a plain ``pytest`` of the same project,
+    as ratios to a naive ``pytest NODEID`` of one of its failing tests; with ``--baseline
+    REV`` the plugin as it was at REV too, sessions alternating.
 
 Every measurement is repeated; the table gives medians and the min-max spread, and the
 machine's load average before and after. A generated project (nothing copied in), on the
 Triton interpreter, so it runs on any machine:
 
     .venv/bin/python benchmarks/heal_bench.py [--repeat 7] [--sessions 3]
+    .venv/bin/python benchmarks/heal_bench.py --only d --baseline REV[,REV] [--sessions 5]
 """
 
 from __future__ import annotations
@@ -99,14 +104,16 @@ def spread(values: Sequence[float]) -> str:
 NODEID = "tests/test_k1.py::test_k1[300]"
 
 
-def naive(project: Path) -> float:
+def naive(project: Path, *, ok: bool = True) -> float:
+    """A fresh ``python -m pytest -q NODEID`` (it must pass when ``ok``, else fail)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            NODEID], cwd=project, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"the naive run failed:\n{done.stdout}\n{done.stderr}")
+    if done.returncode != (0 if ok else 1):
+        raise SystemExit(f"the naive run ended with {done.returncode}:\n{done.stdout}\n"
+                         f"{done.stderr}")
     return seconds
 
 
@@ -154,34 +161,95 @@ class Reruns:
 # -- (c): whole sessions ------------------------------------------------------------------------
 
 
-def session(template: Path, workers: int, scratch: Path) -> tuple[float, float, dict]:  # type: ignore[type-arg]
-    """Wall seconds, healing seconds and report.json of one session in a fresh copy."""
+def session(template: Path, workers: int, scratch: Path, *, bugs: int = 4,
+            plugin: Path | None = None, heal: bool = True
+            ) -> tuple[float, float, dict]:  # type: ignore[type-arg]
+    """Wall seconds, healing seconds and report.json of one session in a fresh copy (the
+    plugin from ``plugin`` when given; without ``heal``, a plain run: 0 and {})."""
     project = scratch / f"session-{workers}-{time.monotonic_ns()}"
     shutil.copytree(template, project)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFIX_")}
+    if plugin is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(plugin), *filter(None, [
+            env.get("PYTHONPATH")])])
+    options = ["--kernelfix"] + ([f"--kernelfix-workers={workers}"] if workers else [])
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "--kernelfix", f"--kernelfix-workers={workers}"],
+         *(options if heal else [])],
         cwd=project, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    if not heal:
+        shutil.rmtree(project, ignore_errors=True)
+        return wall, 0.0, {}
     report = json.loads((project / ".kernelfix" / "report.json").read_text())
     healed = report["totals"]["healed"]
-    if done.returncode != 1 or healed != 4:
-        raise SystemExit(f"the session healed {healed} of 4:\n{done.stdout[-3000:]}")
+    if done.returncode != 1 or healed != bugs:
+        raise SystemExit(f"the session healed {healed} of {bugs}:\n{done.stdout[-3000:]}")
     shutil.rmtree(project, ignore_errors=True)
     return wall, float(report["seconds"]), report
+
+
+def two_bugs(scratch: Path, sessions: int, baseline: str | None) -> None:
+    """(d): a default session healing two small bugs, against a naive run of one of its
+    failing tests and a plain run of the project, alternating (and the plugin at
+    ``baseline``)."""
+    from reach_bench import extract
+
+    broken = write_project(scratch / "two", ["k1", "k2"], broken=True)
+    plugins: dict[str, Path | None] = {}
+    for rev in filter(None, (baseline or "").split(",")):
+        plugins[f"at {rev[:7]}"] = extract(rev, scratch / rev)
+    plugins["this tree"] = None
+    naive_s: list[float] = []
+    plain: list[float] = []
+    rows: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in plugins}
+    overlapped: list[float] = []
+    for index in range(sessions):
+        naive_s.append(naive(broken, ok=False))
+        plain.append(session(broken, 0, scratch, heal=False)[0])
+        order = list(plugins)[index % len(plugins):] + list(plugins)[:index % len(plugins)]
+        for name in order:
+            wall, heal, report = session(broken, 0, scratch, bugs=2, plugin=plugins[name])
+            rows[name][0].append(heal)
+            rows[name][1].append(wall)
+            if plugins[name] is None and "overlap" in report:
+                overlapped.append(report["overlap"]["after_tests"])
+    print(f"(d) done; {load()}\n")
+    base = statistics.median(naive_s)
+    plain_median = statistics.median(plain)
+    print(f"(d) two small bugs (k1, k2: two failing tests each), default options, "
+          f"{sessions} sessions per plugin, alternating; medians (min-max), seconds\n")
+    print(f"naive `python -m pytest NODEID` of one failing test: {spread(naive_s)}; plain "
+          f"`pytest` of the project: {spread(plain)}\n")
+    print("| plugin | healing s | session s | session - plain s | healing / naive | "
+          "(session - plain) / naive |\n|---|---:|---:|---:|---:|---:|")
+    for name, (heals, walls) in rows.items():
+        added = statistics.median(walls) - plain_median
+        print(f"| {name} | {spread(heals)} | {spread(walls)} | {added:.2f} | "
+              f"{statistics.median(heals) / base:.2f} | {added / base:.2f} |")
+    if overlapped:
+        print(f"\nthis tree: healing went on {spread(overlapped)} s after the last test "
+              "(report.json overlap.after_tests)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="runs of (a) and (b) each")
     parser.add_argument("--sessions", type=int, default=3, help="sessions per worker count")
+    parser.add_argument("--only", choices=("abc", "d"), default=None,
+                        help="run only (a)-(c), or only (d)")
+    parser.add_argument("--baseline", default=None, metavar="REV[,REV]",
+                        help="(d): also heal with the plugin as it was at each REV")
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; {load()}")
     with tempfile.TemporaryDirectory(prefix="heal-bench-") as tmp:
         scratch = Path(tmp)
+        if args.only != "abc":
+            two_bugs(scratch, args.sessions, args.baseline)
+        if args.only == "d":
+            return
         healthy = write_project(scratch / "healthy", ["k1"], broken=False)
         broken = write_project(scratch / "broken", ["k1", "k2", "k3", "k4"], broken=True)
 

@@ -69,6 +69,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CATALOGUE = HERE / "historic_bugs.json"
+CATALOGUES = (CATALOGUE, HERE / "historic_bugs_more.json")  # read together by default
 PROMPT_LIMIT = 24_000  # characters: the issue's bar for every first prompt
 READY = ".historic-ready"
 
@@ -145,6 +146,23 @@ def load(path: Path = CATALOGUE) -> tuple[dict[str, Project], list[HistoricBug]]
             compat=tuple(Compat(**c) for c in raw.get("compat", ())))
     bugs = [HistoricBug(**{**raw, "files": tuple(raw["files"]), "tests": tuple(raw["tests"])})
             for raw in data["bugs"]]
+    return projects, bugs
+
+
+def load_all(paths: Iterable[Path] = CATALOGUES
+             ) -> tuple[dict[str, Project], list[HistoricBug]]:
+    """Several catalogues read as one (a project named twice must be the same)."""
+    projects: dict[str, Project] = {}
+    bugs: list[HistoricBug] = []
+    for path in paths:
+        more_projects, more_bugs = load(path)
+        for name, project in more_projects.items():
+            if projects.setdefault(name, project) != project:
+                raise ValueError(f"{path}: project {name} differs from an earlier catalogue")
+        bugs += more_bugs
+    names = [bug.name for bug in bugs]
+    if len(set(names)) != len(names):
+        raise ValueError("a bug name occurs in two catalogues")
     return projects, bugs
 
 
@@ -632,7 +650,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkout", action="append", default=[], metavar="PROJECT=PATH",
                         help="a git clone of a project of the catalogue (repeatable)")
-    parser.add_argument("--catalogue", type=Path, default=CATALOGUE)
+    parser.add_argument("--catalogue", type=Path, action="append", default=None,
+                        help="a catalogue of bugs (repeatable; default: "
+                        + " and ".join(path.name for path in CATALOGUES) + ")")
     parser.add_argument("--work", type=Path, default=None,
                         help="where trees and runs are kept (default: a temporary folder)")
     parser.add_argument("--jobs", type=int, default=1)
@@ -645,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "verification accept it? (not the benchmark's measure)")
     parser.add_argument("--json", type=Path, default=None, help="write the outcomes here")
     options = parser.parse_args(argv)
-    projects, bugs = load(options.catalogue)
+    projects, bugs = load_all(options.catalogue or CATALOGUES)
     given = checkouts(options.checkout)
     work = (options.work or Path(tempfile.mkdtemp(prefix="kernelfix-historic-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)

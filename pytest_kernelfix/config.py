@@ -89,10 +89,11 @@ OPTIONS: tuple[Option, ...] = (
            "edits may touch", (), "lines"),
     Option("kernelfix_select", "Which failing tests are healed, comma-separated: kernel "
            "(tests marked kernel), launched (tests that launched a Triton kernel of the "
-           "project), or nodeid globs such as 'tests/ops/*' (default: kernel)", "kernel",
+           "project, or failed in its module before the launch), or nodeid globs such as "
+           "'tests/ops/*' (default: kernel)", "kernel",
            metavar="WHICH"),
     Option("kernelfix_workers", "Bugs healed at the same time, each in its own sandbox "
-           "(bugs sharing a file stay in order): auto (one per visible GPU; half the cores "
+           "(bugs sharing a file stay in order): auto (one per visible GPU; one per core "
            "on the interpreter) or N (default: auto)", 0, "workers", env="KERNELFIX_WORKERS",
            metavar="N"),
     Option("kernelfix_rerun", "How sandbox reruns start: fork (children of a warm server "
@@ -108,6 +109,9 @@ OPTIONS: tuple[Option, ...] = (
            "across, run at the same time: auto (the cores left to each heal worker on the "
            "interpreter, at most 2 on a GPU) or N (default: auto)", 0, "workers",
            env="KERNELFIX_RERUN_JOBS", metavar="N"),
+    Option("kernelfix_overlap", "Heal while the tests run: the first failure of a bug starts "
+           "its triage, baseline and model call on the cores the test run leaves; off: heal "
+           "once the run has ended (default: on)", True, "bool", env="KERNELFIX_OVERLAP"),
     Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
            "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
            env="KERNELFIX_CACHE_DIR", metavar="DIR"),
@@ -307,6 +311,7 @@ class Settings:
     max_tokens: int = 0
     verify: str = "staged"
     save_prompts: bool = True
+    overlap: bool = True
     redact_env: tuple[str, ...] = ()
     base: str = "auto"
     #: Where each option's value came from (see :func:`origin`), by option name.
@@ -366,6 +371,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         max_tokens=value("kernelfix_max_tokens"),
         verify=value("kernelfix_verify"),
         save_prompts=bool(value("kernelfix_save_prompts")),
+        overlap=bool(value("kernelfix_overlap")),
         redact_env=tuple(value("kernelfix_redact_env").replace(",", " ").split()),
         base=value("kernelfix_base") or "auto",
         origins=tuple((option.name, origin(config, option.name, namespace))

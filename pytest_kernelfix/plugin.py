@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # quoted below: the plugin objects' modules load only when he
     from pytest_kernelfix.capture.plugin import CapturePlugin  # noqa: F401
     from pytest_kernelfix.report.junit import JUnitProperties  # noqa: F401
     from pytest_kernelfix.session.controller import HealingController  # noqa: F401
+    from pytest_kernelfix.session.helper import Helper  # noqa: F401
 
 MARKER = (
     "kernel: the test launches a Triton kernel; "
@@ -36,6 +37,9 @@ MARKER = (
 device_key = pytest.StashKey[str]()
 capture_key = pytest.StashKey["CapturePlugin"]()
 controller_key = pytest.StashKey["HealingController"]()
+#: The healing helper ``pytest_load_initial_conftests`` started (overlap on), for the
+#: controller to take over at the session's start.
+helper_key = pytest.StashKey["Helper"]()
 junit_key = pytest.StashKey["JUnitProperties"]()
 
 
@@ -80,6 +84,12 @@ def pytest_load_initial_conftests(
         return kernelfix_config.resolve(early_config, name, namespace)
 
     chosen = kernelfix_config.resolve_device(value("kernelfix_device"))
+    if (value("kernelfix") or value("kernelfix_apply")) and value("kernelfix_overlap"):
+        from pytest_kernelfix.session.helper import early
+
+        started = early(early_config, namespace, chosen)  # its server imports beside ours
+        if started is not None:
+            early_config.stash[helper_key] = started
     device.prepare(
         chosen,
         cuda_shim=bool(value("kernelfix_cuda_shim")),
@@ -150,6 +160,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    unused = config.stash.get(helper_key, None)  # started early, for a session that never began
+    if unused is not None and unused.reader is None:
+        unused.close()
     if controller_key in config.stash or capture_key in config.stash:
         from pytest_kernelfix import redact
 

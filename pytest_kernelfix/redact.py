@@ -10,7 +10,8 @@ test that prints its settings). Three kinds are removed, wherever they appear:
   is called (:func:`looks_like_credential`: one long token with a long run of letters
   and digits, as varied as a random key), the way a CI system masks its secrets by
   value;
-- strings shaped like well-known keys, wherever they came from.
+- strings shaped like well-known keys, and the passwords (or key-shaped user names) in
+  URLs, wherever they came from.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from collections.abc import Iterable, Mapping
 
 MARKER = "[REDACTED]"
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+#: ``PASS`` also holds ``PASSWORD``, ``PASSWD``, ``PASSPHRASE`` and ``DB_PASS``; ``PWD`` the
+#: shell's working directory too, a path (kept); ``AUTH`` not ``AUTHOR``; ``DSN`` a URL
+#: with a key in it (Sentry's).
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|PWD|CREDENTIAL|AUTH(?!OR)|DSN",
+                          re.IGNORECASE)
 _MIN_SECRET_LENGTH = 6
 #: Values of variables the user lists are redacted from this length on (shorter ones
 #: would blank out ordinary words and numbers).
@@ -53,6 +58,9 @@ KEY_SHAPES = re.compile(
     r"|hf_[A-Za-z0-9]{30,}"
     r"|(?<=Bearer )[A-Za-z0-9._\-]{16,}"
 )
+#: The user information of a URL (``postgres://user:password@host``,
+#: ``https://<key>@sentry.io/1``): its password, or a user name shaped like a key.
+_USERINFO = re.compile(r"(?<=://)([^/\s:@]+)(?::([^/\s@]+))?(?=@)")
 
 #: Variable names (or globs) whose values are always redacted: ``kernelfix_redact_env``,
 #: set by the plugin for its session (:func:`listed`).
@@ -105,6 +113,9 @@ def _secrets(items: frozenset[tuple[str, str]], names: tuple[str, ...]) -> tuple
         elif (_SECRET_NAME.search(name) and _could_be_secret(value)) or (
                 looks_like_credential(value)):
             values.add(stripped)
+        # a URL's password, wherever else it is printed (``DATABASE_URL``)
+        values.update(password for _, password in _USERINFO.findall(stripped)
+                      if len(password) >= _MIN_LISTED_LENGTH)
     return tuple(sorted(values, key=len, reverse=True))
 
 
@@ -120,4 +131,11 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     """``text`` with every secret replaced by :data:`MARKER`."""
     for value in secret_values(environ):
         text = text.replace(value, MARKER)
-    return KEY_SHAPES.sub(MARKER, text)
+    return KEY_SHAPES.sub(MARKER, _USERINFO.sub(_userinfo, text))
+
+
+def _userinfo(match: re.Match[str]) -> str:
+    user, password = match.group(1), match.group(2)
+    if password is not None:
+        return f"{user}:{MARKER}"
+    return MARKER if looks_like_credential(user) else user

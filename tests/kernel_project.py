@@ -132,3 +132,29 @@ def git_status(root: Path) -> str:
 def git_apply_check(root: Path, patch: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "apply", "--check", str(patch)], cwd=root,
                           capture_output=True, text=True)
+
+
+#: The fixer answers only when the faulty line is in what it was shown.
+ORACLE_CONFTEST = '''\
+import json
+import os
+
+from pytest_kernelfix.fixers.answer import read_answer
+from pytest_kernelfix.fixers.base import Usage
+from pytest_kernelfix.fixers.prompting import render_messages
+
+BUG = json.loads(os.environ["KERNELFIX_TEST_BUG"])
+
+
+def pytest_kernelfix_propose(request, config):
+    """A model that can fix only what it is shown; it says what it was sent."""
+    messages = render_messages(request)
+    shown = "\\n".join(message["content"] for message in messages)
+    if BUG["bad"].strip() in shown:
+        answer = json.dumps({"analysis": "found it", "modifications": [
+            {"file": BUG["file"], "old_string": BUG["bad"], "new_string": BUG["good"]}]})
+    else:
+        answer = json.dumps({"analysis": "the faulty code is not shown", "modifications": []})
+    sent = sum(len(message["content"]) for message in messages)
+    return read_answer(answer, usage=Usage(calls=1, prompt_chars=sent), source="model")
+'''

@@ -360,3 +360,18 @@ def test_line_breaks_at_the_ends_of_a_tolerant_match_are_a_plain_replacement(
     j_tail = j_tail or min(k_tail, 1)
     expected_new = "\n" * j_lead + "\n".join(fixed) + "\n" * j_tail
     assert result.code == text[:start] + expected_new + text[end:]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize(("old", "new"), [
+    ("a\na\na\na\na", "b\na\na\na\na"),  # difflib alone ends the hunk in a change
+    ("a\na\na\na\na\n", "a\na\na\na\nb\na\n"),
+    ("x\na\na\na\na\na\ny", "x\na\na\nz\na\na\na\ny"),
+])
+def test_changes_among_repeated_lines_apply_with_git(old: str, new: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "k.py"
+        target.write_bytes(old.encode())
+        subprocess.run(["git", "apply", "--unsafe-paths", "-"], cwd=tmp, check=True,
+                       input=unified_diff(old, new, "k.py").encode(), capture_output=True)
+        assert target.read_bytes() == new.encode()

@@ -86,7 +86,8 @@ def test_bugs_left_when_the_money_is_spent_are_skipped(pytester: pytest.Pytester
     (root / "tape.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-p", "no:randomly", "--kernelfix",
-        "--kernelfix-model=replay:tape.jsonl", "--kernelfix-max-cost=0.01", timeout=600)
+        "--kernelfix-model=replay:tape.jsonl", "--kernelfix-max-cost=0.01",
+        "--kernelfix-workers=1", timeout=600)  # one bug after another: k1 spends it all
 
     result.assert_outcomes(failed=3, passed=1)
     bugs = report(root)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,10 @@ def test_test_ids_name_definitions_that_then_rank_first() -> None:
     assert silu["silu_kernel"] == 96.0  # a part of its name
     capped = rank_by_words(located, ["t.py::test_x[dispatch]"])
     assert capped[0].qualname == "act_kernel" and capped[1].score == 99.5  # never the top
+    # a word that names many of them (chunk_* functions of a chunked library) ranks none
+    chunked = [replace(item, qualname=f"chunk_{item.qualname}") for item in located]
+    ranked = rank_by_words(chunked, ["t.py::test_x[chunk-gelu_tanh]"])
+    assert [item.score for item in ranked if "named" in item.why] == [98.0]  # gelu_tanh only
 
 
 def test_parametrized_failures_are_one_bug_that_shows_every_branch_they_took(

@@ -24,7 +24,7 @@ from pytest_kernelfix.locate.change import (
     with_change,
 )
 from pytest_kernelfix.locate.grouping import BugGroup
-from pytest_kernelfix.locate.reach import Located
+from pytest_kernelfix.locate.reach import TIER_FIRST, TIER_KERNEL, Located
 from pytest_kernelfix.project import Project
 
 BASE = "".join(f"line {i}\n" for i in range(1, 31))
@@ -144,16 +144,18 @@ def test_with_change_makes_changed_files_editable_and_ranks_what_it_touched_firs
     (tmp_path / "tests").mkdir()
     change = Change("main", (FileChange("kernels/util.py", module, current),
                              FileChange("tests/test_k.py", "a\n", "b\n", test=True)))
-    located = (Located("kernels/k.py", "k", 10.0, "launched", jit=True),
-               Located("kernels/k.py", "wrapper", 7.0, "launch site", pinned=True))
+    located = (Located("kernels/k.py", "k", 10.0, "launched", jit=True, tier=TIER_KERNEL),
+               Located("kernels/k.py", "wrapper", 7.0, "launch site", tier=TIER_FIRST))
     project = Project(tmp_path)
     group = with_change(_group(tmp_path, located), change, project)
     assert group.editable == ("kernels/k.py", "kernels/util.py")
     ranked = {item.qualname: item for item in group.located}
-    assert ranked["k"].score == 10.0 and group.located[0].qualname == "k"
+    assert ranked["k"].score == 10.0
+    order = [item.qualname for item in group.located]
+    # reach's first tier and the kernel, then the touched ones: a few pinned, then the rest
+    assert order == ["wrapper", "k", *names]
     pinned = [name for name in names if ranked[name].pinned]
     assert pinned == names[:MAX_PINNED_TOUCHED]
-    assert all(7.0 < ranked[name].score < 10.0 for name in names)
     culprit = change.source_hunks[-1]
     group = with_change(_group(tmp_path, located), change, project, [culprit])
     ranked = {item.qualname: item for item in group.located}

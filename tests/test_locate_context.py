@@ -26,13 +26,22 @@ from pytest_kernelfix.locate.context import (
     SourceFile,
     build_context,
     current_kernel_lines,
+    fit,
     fit_views,
     map_line,
     render_source,
     rendered_size,
 )
 from pytest_kernelfix.locate.grouping import group_failures
-from pytest_kernelfix.locate.reach import Located, Reach, Seeds
+from pytest_kernelfix.locate.reach import (
+    TIER_FIRST,
+    TIER_HELPER,
+    TIER_KERNEL,
+    TIER_REST,
+    Located,
+    Reach,
+    Seeds,
+)
 from pytest_kernelfix.project import Project
 
 LOG = (Path(__file__).parent / "logs" / "interpreter_wrapped.txt").read_text()
@@ -182,8 +191,16 @@ def test_a_kernel_longer_than_the_budget_is_cut_and_still_fits(tmp_path: Path) -
     assert prompt_chars(ProposalRequest(context, 1, context.editable)) < PROMPT_BUDGET
     (big,) = context.editable
     assert big.shown == ("the_kernel",) and "def the_kernel(" in big.content
-    assert "line 1499" not in big.content  # the tail of the kernel is cut
-    assert any("def the_kernel" in line for line in big.outline)  # and said so
+    # the middle of the kernel is cut, its head and its final store kept, and the outline
+    # says which lines are missing and how to ask for them
+    assert "line 3\n" in big.content and "line 700\n" not in big.content
+    assert "tl.store(x_ptr + offs, helper_3(x) * 2, mask=offs < n)" in big.content
+    (cut,) = [line for line in big.outline if "cut for length" in line]
+    first, last = (int(n) for n in cut.split(":")[0].split("-"))
+    lines = text.splitlines()
+    assert "line 700\n" in "\n".join(lines[first - 1:last])
+    assert f"# --- lines {last + 1}-" in big.content and f"lines {first}-{last} cut" in big.content
+    assert 'part of the_kernel' in cut and '"need": ["kernels/big.py:the_kernel"]' in cut
 
 
 #: A norm module the way real ones start: a long import header and constants, then the
@@ -261,8 +278,12 @@ def _norm_project(root: Path) -> tuple[Project, tuple[Located, ...]]:
 
 def test_the_launching_function_and_its_block_size_helper_are_pinned(tmp_path: Path) -> None:
     _, located = _norm_project(tmp_path)
+    tiers = {item.qualname: item.tier for item in located}
+    assert tiers["norm_forward"] == TIER_FIRST and tiers["norm_kernel"] == TIER_KERNEL
+    assert tiers["calculate_settings"] == TIER_HELPER
+    assert tiers["alloc_output"] == TIER_REST  # what allocates y is found, not pinned
     pinned = {item.qualname for item in located if item.pinned}
-    assert pinned == {"norm_forward", "calculate_settings"}  # not what allocates y
+    assert pinned == {"norm_forward", "norm_kernel", "calculate_settings"}
     assert "alloc_output" in {item.qualname for item in located}
 
 
@@ -271,7 +292,7 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
 ) -> None:
     _, located = _norm_project(tmp_path)
     texts = {"kernels/norm.py": NORM, "kernels/utils.py": UTILS}
-    wanted = {"kernels/norm.py": ["norm_kernel", "norm_forward"],
+    wanted = {"kernels/norm.py": ["norm_forward", "norm_kernel"],
               "kernels/utils.py": ["calculate_settings"]}
 
     def size(shape: Shape) -> int:
@@ -283,7 +304,7 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     focus, views = fit_views(located, texts, limit)
     assert sum(rendered_size(view) for view in views.values()) <= limit
     norm, utils = views["kernels/norm.py"], views["kernels/utils.py"]
-    assert norm.shown[:2] == ("norm_kernel", "norm_forward")
+    assert norm.shown[:2] == ("norm_forward", "norm_kernel")
     assert "def norm_forward(x, eps, mode):" in norm.content
     assert "    return y.view(*shape)" in norm.content  # in full
     assert "calculate_settings" in utils.shown
@@ -293,7 +314,7 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     imports = max(n for n, line in enumerate(lines, 1) if line.startswith("from kernels"))
     assert norm.outline[0] == f"1-{imports}: imports"
     assert "_MODE_1: tl.constexpr = tl.constexpr(1)" in norm.content  # read, and it fits
-    assert focus["kernels/norm.py"][:2] == ("norm_kernel", "norm_forward")
+    assert focus["kernels/norm.py"][:2] == ("norm_forward", "norm_kernel")
     # tighter: the constants give way too, each left as one outline line
     _, views = fit_views(located, texts, lean + 100)
     norm = views["kernels/norm.py"]
@@ -301,23 +322,100 @@ def test_the_launching_function_is_shown_in_full_before_imports_and_constants(
     mode_1 = next(n for n, line in enumerate(lines, 1) if line.startswith("_MODE_1"))
     assert f"{mode_1}: _MODE_1 = tl.constexpr(1)" in norm.outline
     assert "def calculate_settings(n):" in views["kernels/utils.py"].content
-    # tighter still: the pinned definitions go, the lowest scored first, before any
-    # launched kernel is cut
+    # tighter still: the helper that sizes the launch goes before any launched kernel or
+    # launching function is cut; a module none of whose definitions is shown is no
+    # import header alone
     bare = Shape(header=False, constants=False)
     outline = rendered_size(render_source("kernels/utils.py", UTILS, [], shape=bare))
     both = rendered_size(render_source("kernels/norm.py", NORM, wanted["kernels/norm.py"],
                                        shape=bare))
     focus, views = fit_views(located, texts, both + outline)
-    assert focus["kernels/norm.py"] == ("norm_kernel", "norm_forward")
-    assert focus["kernels/utils.py"] == ()  # calculate_settings scored lower: it went first
+    assert focus["kernels/norm.py"] == ("norm_forward", "norm_kernel")
+    assert focus["kernels/utils.py"] == ()
+    assert "import" not in views["kernels/utils.py"].content
     assert "tl.store(y_ptr + row * n_cols + offsets, x * rstd, mask=mask)" in views[
         "kernels/norm.py"].content
+    # last, code is cut, never silently: the launcher keeps its head, its launch and its
+    # tail, and the kernel is cut last
     kernel = rendered_size(render_source("kernels/norm.py", NORM, ["norm_kernel"], shape=bare))
-    _, views = fit_views(located, texts, kernel + outline)
-    assert views["kernels/norm.py"].shown == ("norm_kernel",)
-    assert "tl.store(y_ptr + row * n_cols + offsets" in views["kernels/norm.py"].content
-    # unpinned, the launching function would give way to the header instead
-    unpinned = [replace(item, pinned=False) for item in located]
+    focus, views = fit_views(located, texts, kernel + outline)
+    norm = views["kernels/norm.py"]
+    assert norm.shown == ("norm_forward", "norm_kernel")
+    assert "def norm_forward(x, eps, mode):" in norm.content
+    assert "    return y.view(*shape)" in norm.content
+    assert "tl.store(y_ptr + row * n_cols + offsets" in norm.content
+    # tighter than the kernel alone: the launcher goes to the outline, and the kernel stays
+    focus, views = fit_views(located, texts, kernel - 600)
+    norm = views["kernels/norm.py"]
+    assert norm.shown == ("norm_kernel",)
+    assert "tl.store(y_ptr + row * n_cols + offsets" in norm.content
+    # in the last tier, the launching function would give way to the header instead
+    unpinned = [replace(item, tier=TIER_REST) for item in located]
     _, views = fit_views(unpinned, texts, limit)
     assert "def norm_forward(x, eps, mode):" not in views["kernels/norm.py"].content
     assert "import operator" in views["kernels/norm.py"].content
+
+
+def test_a_cut_keeps_the_line_that_raised_and_the_launch(tmp_path: Path) -> None:
+    """A 300-line launching wrapper that raised half-way, and its kernel: cut for length,
+    the wrapper still shows its head, the line that raised, the launch and its tail."""
+    body = "".join(f"    step_{i} = prepare(x, {i})\n" for i in range(300))
+    text = ("import triton\n\n\n@triton.jit\ndef kernel(x_ptr):\n    pass\n\n\n"
+            "def wrapper(x):\n" + body.replace("    step_150 = prepare(x, 150)\n",
+                                               "    probs = torch.gather(x, -1, target)\n")
+            + "    kernel[(1,)](x)\n    return x\n")
+    lines = text.splitlines()
+    raised = lines.index("    probs = torch.gather(x, -1, target)") + 1
+    launch = lines.index("    kernel[(1,)](x)") + 1
+    located = [Located("ops/w.py", "wrapper", 98.0, "raised the error", tier=TIER_FIRST),
+               Located("ops/w.py", "kernel", 100.0, "launched kernel", True, TIER_KERNEL)]
+    fitted = fit(located, {"ops/w.py": text}, 3_000, anchors={"ops/w.py": [raised, launch]})
+    view = fitted.views["ops/w.py"]
+    assert rendered_size(view) <= 3_100
+    assert "def wrapper(x):" in view.content and "    return x" in view.content
+    assert "probs = torch.gather(x, -1, target)" in view.content
+    assert "kernel[(1,)](x)" in view.content
+    assert "step_100 =" not in view.content and "step_200 =" not in view.content
+    cuts = [line for line in view.outline if "cut for length" in line]
+    assert len(cuts) == 2 and all("part of wrapper" in line for line in cuts)
+
+
+#: A short wrapper module the way autograd wrappers are written: a few imports, then a
+#: Function whose two methods are all there is to it (both found).
+WRAP = '''\
+import torch
+
+from kernels.norm import norm_forward
+
+
+class NormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, eps):
+        ctx.eps = eps
+        return norm_forward(x, eps, 0)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy * ctx.eps, None
+'''
+
+
+def test_a_short_module_mostly_found_keeps_its_imports_longer_than_a_long_one_its_code(
+    tmp_path: Path,
+) -> None:
+    _, located = _norm_project(tmp_path)
+    located = (*located, *(Located("kernels/wrap.py", name, 9.0, "gradient path", tier=TIER_FIRST)
+                           for name in ("NormFunction.forward", "NormFunction.backward")))
+    texts = {"kernels/norm.py": NORM, "kernels/utils.py": UTILS, "kernels/wrap.py": WRAP}
+    whole = fit_views(located, texts, 100_000)[1]
+    assert not whole["kernels/wrap.py"].focused
+    full = sum(rendered_size(view) for view in whole.values())
+    # a little short: the long modules give way (their headers), the short one stays whole
+    _, views = fit_views(located, texts, full - 1_500)
+    assert not views["kernels/wrap.py"].focused
+    assert "from kernels.norm import norm_forward" in views["kernels/wrap.py"].content
+    assert "import operator" not in views["kernels/norm.py"].content
+    # far short: it is focused too, its methods still in full
+    _, views = fit_views(located, texts, 2_500)
+    wrap = views["kernels/wrap.py"]
+    assert wrap.focused and "return dy * ctx.eps, None" in wrap.content

@@ -154,12 +154,14 @@ def test_launch_sites_and_reach_make_other_modules_editable(tmp_path: Path) -> N
                   "log", (launch,))
     project = Project(tmp_path)
     (group,) = group_failures([bug], project)
-    assert group.editable == ("lib/kernels/k.py", "lib/ops/wrap.py", "lib/kernels/act.py",
+    # the files of what reach pins, by tier: the launching function's, the kernel's, the
+    # kernel's helper's and the block size helper's
+    assert group.editable == ("lib/ops/wrap.py", "lib/kernels/k.py", "lib/kernels/act.py",
                               "lib/utils.py")
     located = [(i.path, i.qualname) for i in group.located]
-    assert located[0] == ("lib/kernels/k.py", "k")  # the launched kernel first
-    assert set(located[1:4]) == {("lib/kernels/act.py", "silu"), ("lib/ops/wrap.py", "run"),
-                                 ("lib/utils.py", "block")}
+    # the launching function, then the launched kernel, then what they call
+    assert located[:2] == [("lib/ops/wrap.py", "run"), ("lib/kernels/k.py", "k")]
+    assert set(located[2:4]) == {("lib/kernels/act.py", "silu"), ("lib/utils.py", "block")}
     # a passing test whose kernel calls the same jit helper is rerun with every candidate
     other = KernelLaunch("k2", str(tmp_path / "lib/kernels/k2.py"), 5)
     (tmp_path / "lib/kernels/k2.py").write_text(
@@ -333,12 +335,25 @@ def test_wrong_values_from_kernels_sharing_a_helper_no_passing_test_reaches(
     test's kernel reaches it (then the helper works, and each kernel is its own bug)."""
     project = Project(shared_helper)
     bugs = [kernel_failure(shared_helper, name, raised=False) for name in ("k0", "k1", "k2")]
-    (group,) = group_failures(bugs, project)
+    solo = shared_helper / "lib" / "solo.py"
+    solo.write_text("import triton\n\n\n@triton.jit\ndef solo(x):\n    pass\n")
+    elsewhere = PassedTest("t::solo", (KernelLaunch("solo", str(solo), 5),))
+    (group,) = group_failures(bugs, project, passed=[elsewhere])
     assert group.editable[0] == "lib/common.py"
     assert {"lib/k0.py", "lib/k1.py", "lib/k2.py"} <= set(group.editable)
     (shared_helper / "lib" / "k3.py").write_text(KERNEL_USING_HELPER.format(name="k3"))
     passing = PassedTest("t::k3", (KernelLaunch("k3", str(shared_helper / "lib" / "k3.py"), 6),))
-    assert len(group_failures(bugs, project, passed=[passing])) == 3
+    assert len(group_failures(bugs, project, passed=[elsewhere, passing])) == 3
+
+
+def test_wrong_values_with_no_launch_that_worked_are_not_joined_on_a_guess(
+        shared_helper: Path) -> None:
+    """Every test failed (``--lf``, a suite where all is red): nothing says the shared
+    helper rather than each kernel is at fault, so each kernel stays its own bug."""
+    bugs = [kernel_failure(shared_helper, name, raised=False) for name in ("k0", "k1", "k2")]
+    assert len(group_failures(bugs, Project(shared_helper))) == 3
+    assert len(group_failures(bugs, Project(shared_helper),
+                              passed=[PassedTest("t::no_launch", ())])) == 3
 
 
 def test_one_kernel_reached_through_two_wrappers_is_one_bug(tmp_path: Path) -> None:
@@ -398,8 +413,12 @@ def test_wrong_values_from_launches_one_helper_sizes_are_one_bug(tmp_path: Path)
                               (Frame(test, 2, "test_k"),)), "log", (launch(name),))
             for name in ("ka", "kb")]
     project = Project(tmp_path)
-    (group,) = group_failures(bugs, project)
+    solo = tmp_path / "lib" / "solo.py"
+    solo.write_text("import triton\n\n\n@triton.jit\ndef solo(x):\n    pass\n")
+    elsewhere = PassedTest("tests/test_k.py::test_solo", (KernelLaunch("solo", str(solo), 5),))
+    (group,) = group_failures(bugs, project, passed=[elsewhere])
     assert group.editable[0] == "lib/utils.py"
     assert {"lib/ka.py", "lib/kb.py"} <= set(group.editable)
+    assert len(group_failures(bugs, project)) == 2  # no launch worked: no contrast
     passing = PassedTest("tests/test_k.py::test_kc", (launch("kc"),))
-    assert len(group_failures(bugs, project, passed=[passing])) == 2
+    assert len(group_failures(bugs, project, passed=[elsewhere, passing])) == 2

@@ -17,6 +17,10 @@ import pytest
 from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.locate.outline import parse_module
 from pytest_kernelfix.locate.reach import (
+    TIER_FIRST,
+    TIER_HELPER,
+    TIER_KERNEL,
+    TIER_REST,
     Reach,
     Seeds,
     high_group,
@@ -194,7 +198,13 @@ def test_reach_finds_helpers_wrapper_and_python_helpers_in_other_modules(root: P
     )
     found = Reach(Project(root)).locate(seeds)
     order = names(found)
-    assert order[0] == "pkg/kernels/gated.py:gated_kernel"
+    # the function that launched the kernel first, then the kernel, then its helpers
+    assert order[:2] == ["pkg/ops/gated.py:gated", "pkg/kernels/gated.py:gated_kernel"]
+    tiers = {f"{i.path}:{i.qualname}": i.tier for i in found}
+    assert tiers["pkg/ops/gated.py:gated"] == TIER_FIRST
+    assert tiers["pkg/kernels/gated.py:gated_kernel"] == TIER_KERNEL
+    assert tiers["pkg/kernels/act.py:silu"] == tiers["pkg/kernels/act.py:identity"] == TIER_HELPER
+    assert tiers["pkg/utils.py:log_call"] == TIER_REST
     for expected in ("pkg/kernels/act.py:silu", "pkg/kernels/act.py:identity",
                      "pkg/kernels/act.py:SCALE", "pkg/kernels/gated.py:CONFIGS",
                      "pkg/ops/gated.py:gated", "pkg/utils.py:block_size"):

@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-from kernel_project import git_apply_check, git_init, report_of
+from kernel_project import ORACLE_CONFTEST, git_apply_check, git_init, report_of
+
+from pytest_kernelfix.locate.context import PROMPT_BUDGET
 
 HELPERS = '''\
 import triton
@@ -84,30 +86,7 @@ def test_gated(n):
     torch.testing.assert_close(gated(a, b), torch.nn.functional.silu(a) * b)
 '''
 
-#: The fixer answers only when the faulty line is in what it was shown.
-CONFTEST = '''\
-import json
-import os
-
-from pytest_kernelfix.fixers.answer import read_answer
-from pytest_kernelfix.fixers.base import Usage
-from pytest_kernelfix.fixers.prompting import render_messages
-
-BUG = json.loads(os.environ["KERNELFIX_TEST_BUG"])
-
-
-def pytest_kernelfix_propose(request, config):
-    """A model that can fix only what it is shown; it says what it was sent."""
-    messages = render_messages(request)
-    shown = "\\n".join(message["content"] for message in messages)
-    if BUG["bad"].strip() in shown:
-        answer = json.dumps({"analysis": "found it", "modifications": [
-            {"file": BUG["file"], "old_string": BUG["bad"], "new_string": BUG["good"]}]})
-    else:
-        answer = json.dumps({"analysis": "the faulty code is not shown", "modifications": []})
-    sent = sum(len(message["content"]) for message in messages)
-    return read_answer(answer, usage=Usage(calls=1, prompt_chars=sent), source="model")
-'''
+CONFTEST = ORACLE_CONFTEST
 
 INI = "[pytest]\npythonpath = .\n"
 
@@ -155,7 +134,7 @@ def test_a_bug_in_each_module_heals_in_an_unmarked_suite(
     assert report["status"] == "healed", (report["reason"], report["round_details"])
     path = BUGS[bug][0]
     assert report["changed_files"] == [path] and report["rounds"] == 1
-    assert report["first_prompt_chars"] < 22_000
+    assert report["first_prompt_chars"] <= PROMPT_BUDGET
     shown = report["shown"]
     assert "kernels/gated.py:gated_kernel" in shown  # 200 lines: shown focused
     assert "kernels/helpers.py" in shown and "ops/gated.py" in shown
@@ -259,7 +238,7 @@ def test_an_unmarked_suite_is_left_alone_by_default_and_the_summary_says_so(
         "2 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
         "kernel), first tests/test_gated.py::test_gated[[]*[]]",
         "  to heal them: --kernelfix-select kernel,launched (or kernelfix_select = "
-        "kernel,launched in the ini file; 2 of them launched a Triton kernel of the project), "
+        "kernel,launched in the ini file; 2 of them reached a Triton kernel of the project), "
         "a nodeid glob, as in --kernelfix-select 'kernel,tests/test_gated.py::[*]' or "
         "@pytest.mark.kernel on the tests",
         "::notice title=kernelfix left 2 failing test(s) unselected::2 failing test(s) not "
@@ -299,7 +278,7 @@ def test_failures_a_glob_leaves_out_are_counted_beside_the_healed_bug(
         "count": 1, "reasons": {"matched no glob": 1}, "launched_project_kernel": 1,
         "nodeids": ["tests/test_gated.py::test_gated[256]"], "select": ["*::test_gated?100?"],
         "hint": "--kernelfix-select *::test_gated?100?,launched (or kernelfix_select = "
-                "*::test_gated?100?,launched in the ini file; 1 of them launched a Triton "
+                "*::test_gated?100?,launched in the ini file; 1 of them reached a Triton "
                 "kernel of the project) or a nodeid glob, as in --kernelfix-select "
                 "'*::test_gated?100?,tests/test_gated.py::*'",
     }

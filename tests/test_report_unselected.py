@@ -33,7 +33,7 @@ def test_the_summary_counts_them_with_the_reason_and_a_way_to_select_them() -> N
         "3 failing test(s) not selected for healing (not marked kernel; kernelfix_select = "
         "kernel), first tests/test_ops.py::test_gelu[1]",
         "  to heal them: --kernelfix-select kernel,launched (or kernelfix_select = "
-        "kernel,launched in the ini file; 2 of them launched a Triton kernel of the project), "
+        "kernel,launched in the ini file; 2 of them reached a Triton kernel of the project), "
         "a nodeid glob, as in --kernelfix-select "
         "'kernel,tests/test_ops.py::*' or @pytest.mark.kernel on the tests",
     ]

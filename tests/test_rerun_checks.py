@@ -78,8 +78,8 @@ def test_every_check_of_a_test_runs_and_each_failure_is_recorded_by_line(log: Ch
     counts = {line: (count.runs, count.failures) for line, count in log.sites.items()}
     assert counts[14] == (1, 1)  # assert x == 2
     assert counts[15] == (1, 1)  # assert_close on a line of its own
-    assert counts[16] == (2, 1)  # the helper's check is named by the test's call (the
-    # helper's assert failed there; the call itself then returned normally)
+    assert counts[9] == (1, 1)  # the helper's check is its own site: its assert failed
+    assert counts[16] == (1, 0)  # and the test's call of the helper then returned normally
     assert counts[18] == (2, 1)  # a loop runs its check twice...
     assert log.sites[18].outcomes == "PF"  # ... and each run's outcome is kept in order
     assert 22 not in counts and 24 not in counts  # pytest.raises and try/except keep theirs
@@ -96,20 +96,24 @@ def test_the_transform_keeps_lines_and_guards_only_function_bodies() -> None:
     compile(tree, "test.py", "exec")  # still valid code, locations filled in
 
 
-def test_a_site_is_the_outermost_frame_in_the_test_file() -> None:
-    def inner() -> int:
+def test_a_site_is_the_innermost_frame_in_the_test_file() -> None:
+    def helper() -> int:  # a check inside a helper of the test module is its own site
         return site_line(sys._getframe(), __file__)
 
-    line = sys._getframe().f_lineno + 1
-    assert inner() == line
+    line = helper.__code__.co_firstlineno + 1
+    assert helper() == line
     assert site_line(sys._getframe(), "/elsewhere/test_x.py") == 0
 
 
-def test_the_failing_site_of_a_traceback_is_its_outermost_frame_in_the_test_file() -> None:
+def test_the_failing_site_of_a_traceback_is_its_innermost_frame_in_the_test_file() -> None:
+    # the test calls a helper of its module (line 12), whose assert (line 30) failed in torch
     frames = [("/proj/tests/test_a.py", 12), ("/proj/tests/test_a.py", 30),
               ("/venv/torch/testing/_comparison.py", 1530)]
-    assert failing_site(frames, "/proj/tests/test_a.py") == 12
+    assert failing_site(frames, "/proj/tests/test_a.py") == 30
     assert failing_site(frames, "/proj/tests/test_b.py") == 0
+    # a check in a test utility module is named by the test's call of it
+    frames = [("/proj/tests/test_a.py", 12), ("/proj/tests/utils.py", 7)]
+    assert failing_site(frames, "/proj/tests/test_a.py") == 12
 
 
 def test_a_guarded_module_behaves_as_before_when_every_check_passes(log: CheckLog) -> None:

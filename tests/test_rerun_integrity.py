@@ -7,15 +7,19 @@ library before the test ends.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from pytest_kernelfix.rerun.probes.checks import RECORDER, CheckLog, wrap_checks  # noqa: E402
 from pytest_kernelfix.rerun.probes.integrity import (  # noqa: E402
     MISSING,
     CodeSites,
@@ -325,6 +329,68 @@ def sizes(x):
         remove_mode(observer)
     assert observer.checks >= 1
     assert observer.taint == "partial"
+    assert observer.blind < observer.checks  # assert_close compares values too
+
+
+def test_nan_and_infinity_checks_are_blind_to_scrambled_values(tmp_path: Path,
+                                                               sites: CodeSites) -> None:
+    test_code = load(tmp_path, "tests/test_finite.py", '''
+import torch
+
+
+def finite(loss):
+    assert loss.numel() == 1
+    assert not torch.isnan(loss)
+    assert not torch.isinf(loss).any()
+
+
+def close(loss):
+    assert torch.allclose(loss, torch.ones(1))
+''')
+    observer = make_observer(sites, taint=False)
+    observer.__enter__()
+    try:
+        test_code.finite(torch.ones(1))
+        finite = (observer.checks, observer.blind)
+        test_code.close(torch.ones(1))
+    finally:
+        remove_mode(observer)
+    assert finite[0] > 0 and finite[0] == finite[1]  # the predicate and its truth, both blind
+    assert observer.checks > observer.blind
+
+
+def test_each_run_of_a_check_in_a_loop_has_its_own_taint(tmp_path: Path,
+                                                         sites: CodeSites) -> None:
+    """A loop over the outputs of two kernels checks both at one line: which run read the
+    poison is kept run by run, beside the worst of the line."""
+    source = (
+        "import torch\n\n\n"
+        "def test_outputs(outputs, expected):\n"
+        "    for got in outputs:\n"
+        "        torch.testing.assert_close(got, expected)\n")
+    path = tmp_path / "tests" / "test_loop.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(source)
+    tree = ast.parse(source)
+    wrap_checks(tree)
+    namespace: dict[str, Any] = {}
+    exec(compile(tree, str(path), "exec"), namespace)
+    log = CheckLog()
+    log.start(str(path))
+    setattr(builtins, RECORDER, log)
+    observer = make_observer(sites, taint=True, runs=log.run_index)
+    observer.reset(str(path))
+    observer.__enter__()
+    try:
+        namespace["test_outputs"]((torch.ones(4), torch.full((4,), float("nan"))),
+                                  torch.ones(4))
+    finally:
+        remove_mode(observer)
+        delattr(builtins, RECORDER)
+    assert log.sites[6].outcomes == "PF"
+    reads, worst, runs = observer.sites[6]
+    assert reads >= 2
+    assert worst == "full" and runs == {0: "clean", 1: "full"}
 
 
 

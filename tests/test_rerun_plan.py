@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from pytest_kernelfix.rerun.plan import (
     PLAN_ENV,
     PLAN_VERSION,
     DevicePlan,
+    PhaseCommand,
     PlanError,
     ProbePlan,
     RerunPlan,
     device_plan,
     load_plan,
+    phase_results,
 )
 from pytest_kernelfix.target import DEFAULT_CAPABILITY, DEFAULT_TARGET, capability_of, gate_enabled
 
@@ -87,9 +90,26 @@ def test_a_probing_rerun_names_what_it_probes_in_the_plan(tmp_path: Path) -> Non
         RerunPlan.from_json({**data, "probe": {**data["probe"], "poison": "zeros"}})
     with pytest.raises(PlanError, match="incomplete or malformed"):
         RerunPlan.from_json({**data, "probe": {**data["probe"], "reach": "yes"}})
-    with pytest.raises(PlanError, match="version 2 is not 3"):  # a plan of the last version
+    with pytest.raises(PlanError, match="version 2 is not 4"):  # a plan of an old version
         RerunPlan.from_json({**{k: v for k, v in data.items() if k != "probe"},
                              "poison": "nan", "version": 2})
+    with pytest.raises(PlanError, match="incomplete or malformed"):  # version 3: no control
+        RerunPlan.from_json({k: v for k, v in data.items() if k != "control"})
+
+
+def test_a_phased_child_reads_its_phases_as_typed_commands(tmp_path: Path) -> None:
+    phased = replace(plan(), control=str(tmp_path / "commands.jsonl"))
+    phased.write(tmp_path / "plan.json")
+    assert load_plan({PLAN_ENV: str(tmp_path / "plan.json")}) == phased
+    command = PhaseCommand(3, "sensitivity (nan)", (("a", "b"), ("c",)),
+                           ProbePlan(poison="nan", kernels=("k.py::k",), reach=True),
+                           stop_early=True, timeout=60.0)
+    assert PhaseCommand.from_json(json.loads(json.dumps(command.to_json()))) == command
+    with pytest.raises(PlanError, match="another plugin version"):
+        PhaseCommand.from_json({**command.to_json(), "version": PLAN_VERSION - 1})
+    with pytest.raises(PlanError, match="malformed"):
+        PhaseCommand.from_json({**command.to_json(), "stop_early": "yes"})
+    assert phase_results("/w/results.jsonl", 3, 1) == Path("/w/results-3-1.jsonl")
 
 
 def test_an_unreadable_plan_file_is_a_plan_error(tmp_path: Path) -> None:

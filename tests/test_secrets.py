@@ -39,7 +39,12 @@ ENV = {
     "DB_PASSWORD": "correct-horse-battery",
     "HF_SECRET_VALUE": "s3cr3t-v4lu3-0042",
     "STRIPE_LIVE": "rk_live_51HxYzAbCdEfGhIjKlMnOpQr7x9",  # no rule for its name: its shape
+    "DB_PASS": "hunter2hunter2",  # what a CI's service settings are called
+    "BACKUP_PASSPHRASE": "correct horse battery staple",
+    "SENTRY_DSN": "https://abcdef0123456789abcdef0123456789@o12345.ingest.sentry.io/678",
 }
+#: A URL's password, whatever the variable is called: the password goes, the URL stays.
+URLS = {"DATABASE_URL": ("postgres://ci:Pg-pass-4u@db:5432/app", "Pg-pass-4u")}
 #: Redacted because ``kernelfix_redact_env`` lists it (``DEPLOY_*``): neither its name
 #: nor its value says so.
 LISTED = {"DEPLOY_HOOK": "hook-a1b2"}
@@ -48,7 +53,8 @@ SHAPES = {
     "github": "ghp_0123456789abcdefghijABCDEFGHIJ0123",
     "aws": "AKIAIOSFODNN7EXAMPLE",
 }
-SECRETS = [*ENV.values(), *SHAPES.values(), *LISTED.values()]
+SECRETS = [*ENV.values(), *SHAPES.values(), *LISTED.values(),
+           *(password for _, password in URLS.values())]
 
 
 #: Long values that are not credentials: paths, URLs, model strings, versions, words.
@@ -62,6 +68,8 @@ NOT_SECRETS = {
     "RUNNER_ID": "550e8400-e29b-41d4-a716-446655440000",
     "LS_COLORS": "rs=0:di=01;34:ln=01;36:mh=00:pi=40;33:so=01;35:do=01;35",
     "FILLER": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1",
+    "GIT_AUTHOR_NAME": "Jane Doe-Smithson",
+    "OLDPWD": "/home/ci/work",
 }
 
 
@@ -74,6 +82,9 @@ def test_secret_names_values_and_key_shapes_are_redacted() -> None:
     assert all(secret not in cleaned for secret in [*ENV.values(), *SHAPES.values()])
     assert cleaned.count(MARKER) == len(ENV) + len(SHAPES)
     assert redact("PATH=/usr/bin", environ) == "PATH=/usr/bin"
+    for url, password in URLS.values():
+        assert redact(f"connect {url} failed", environ) == (
+            f"connect {url.replace(password, MARKER)} failed")
     kept = " ".join(NOT_SECRETS.values())
     assert redact(kept, environ) == kept
 
@@ -154,7 +165,9 @@ from kernels.k1 import k1
 def test_k1() -> None:
     x = torch.arange(300, dtype=torch.float32)
     secrets = (f"token {os.environ['MY_SERVICE_TOKEN']}, password {os.environ['DB_PASSWORD']}, "
-               f"stripe {os.environ['STRIPE_LIVE']}, hook {os.environ['DEPLOY_HOOK']}")
+               f"stripe {os.environ['STRIPE_LIVE']}, hook {os.environ['DEPLOY_HOOK']}, "
+               f"db {os.environ['DATABASE_URL']} as {os.environ['DB_PASS']}, "
+               f"{os.environ['BACKUP_PASSPHRASE']}, {os.environ['SENTRY_DSN']}")
     torch.testing.assert_close(k1(x, 2.0), x * 2.0, msg=lambda m: f"{m} ({secrets})")
 """
 
@@ -162,7 +175,8 @@ def test_k1() -> None:
 def test_no_secret_leaves_a_session(
     pytester: pytest.Pytester, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in {**ENV, **LISTED, "KERNELFIX_REDACT_ENV": "DEPLOY_*"}.items():
+    urls = {name: url for name, (url, _) in URLS.items()}
+    for name, value in {**ENV, **LISTED, **urls, "KERNELFIX_REDACT_ENV": "DEPLOY_*"}.items():
         monkeypatch.setenv(name, value)
     root = write_project(pytester.path, "k1")
     kernel = root / "kernels" / "k1.py"

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelfix.capture.errors import crash_dump
+from pytest_kernelfix.capture.errors import Frame, crash_dump
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import (
     Failure,
     Selection,
     crash_failure,
     launched_project_kernel,
+    reached_project_kernel,
 )
 from pytest_kernelfix.config import parse_select
 from pytest_kernelfix.project import Project
@@ -74,6 +75,36 @@ def test_an_unselected_failure_says_which_chosen_rules_it_fails(tmp_path: Path) 
     assert launched_project_kernel((ours,), project)
     assert not launched_project_kernel(
         (KernelLaunch("k", "/usr/lib/python3/site-packages/lib/k.py", 1),), project)
+
+
+
+def test_launched_selects_a_failure_raised_on_the_way_to_a_project_kernel(
+        tmp_path: Path) -> None:
+    """A launch-sizing helper that raises before any launch (liger's calculate_settings
+    with its block cap broken) fails every kernel test that calls it, and no launch is
+    recorded: ``launched`` takes such a test when the error was raised in a project module
+    that defines a Triton kernel, not when it was raised in the test or a plain helper."""
+    (tmp_path / "ops").mkdir()
+    utils = tmp_path / "ops" / "utils.py"
+    utils.write_text("import triton\n\ndef settings(n):\n    raise RuntimeError(n)\n\n\n"
+                     "@triton.jit\ndef element_mul_kernel(x):\n    pass\n")
+    plain = tmp_path / "ops" / "plain.py"
+    plain.write_text("def helper(n):\n    raise RuntimeError(n)\n")
+    test = tmp_path / "tests" / "test_ops.py"
+    test.parent.mkdir()
+    test.write_text("import triton\n\n@triton.jit\ndef inline_kernel(x):\n    pass\n")
+    project = Project(tmp_path)
+    in_test = Frame(str(test), 3, "test_softmax")
+    launched = Selection.of(parse_select("launched"))
+    raised = (in_test, Frame(str(utils), 4, "settings"))
+    assert launched.selects("t.py::a", False, (), project, raised)
+    assert reached_project_kernel((), raised, project)
+    for frames in ((in_test,), (in_test, Frame(str(plain), 2, "helper"))):
+        assert not launched.selects("t.py::a", False, (), project, frames)
+        assert launched.why_not("t.py::a", False, (), project, frames) == (
+            "launched no project kernel")
+    marker = Selection.of(parse_select("kernel"))
+    assert not marker.selects("t.py::a", False, (), project, (Frame(str(utils), 4, "s"),))
 
 
 DUMP = """\

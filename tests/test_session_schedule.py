@@ -29,11 +29,11 @@ def test_bugs_that_share_a_file_even_through_another_bug_form_one_chain() -> Non
     assert chains([]) == []
 
 
-def test_worker_count_defaults_to_one_per_gpu_or_half_the_cores() -> None:
+def test_worker_count_defaults_to_one_per_gpu_or_one_per_core() -> None:
     assert worker_count(3, "interpret") == 3 and worker_count(3, "cuda", ("0",)) == 3
     assert worker_count(0, "cuda", ("0", "1", "2")) == 3
     assert worker_count(0, "cuda", ()) == 1
-    assert worker_count(0, "interpret") == max(1, cpu_count() // 2)
+    assert worker_count(0, "interpret") == cpu_count()
 
 
 def test_a_rerun_uses_the_cores_left_to_its_worker_and_few_children_on_a_gpu() -> None:

@@ -70,3 +70,28 @@ def test_an_integer_mask_is_read_as_a_boolean_one(shimmed: None) -> None:
     assert out.tolist() == list(range(10)) + [-1.0] * 6
     shim_kernels.copy_rows_below_level[(1,)](x, out.fill_(-1.0), 10, 1, BLOCK=16, LEVEL=1)
     assert out.tolist() == [-1.0] * 16  # LEVEL < levels is false: nothing loaded or stored
+
+
+def test_a_dtype_handed_to_a_jit_helper_answers_value_as_its_constexpr(shimmed: None) -> None:
+    for dtype in (torch.float32, torch.int32):
+        x = torch.tensor([-7, -3, -5], dtype=dtype)
+        out = torch.zeros(1, dtype=dtype)
+        shim_kernels.running_max[(1,)](x, out, x.numel(), BLOCK=8)
+        assert out.item() == -3
+
+
+def test_without_the_piece_a_dtype_has_no_value() -> None:
+    if scalars.installed():
+        pytest.skip("a session-wide shim holds the scalars piece")
+    x = torch.tensor([-7.0, -3.0])
+    with pytest.raises(InterpreterError, match=r"object has no attribute .*value"):
+        shim_kernels.running_max[(1,)](x, torch.zeros(1), x.numel(), BLOCK=8)
+
+
+def test_and_or_between_tensors_combine_elementwise_as_when_compiled(shimmed: None) -> None:
+    x = torch.arange(16, dtype=torch.float32)
+    out = torch.zeros(16)
+    shim_kernels.copy_inside[(1,)](x, out, 3, 2, BLOCK=4, CHECK=True)
+    grid = out.view(4, 4)
+    assert grid[:3, :2].flatten().tolist() == [0.0, 1.0, 4.0, 5.0, 8.0, 9.0]
+    assert (grid[3] == -2).all() and (grid[:, 2:] == -2).all()

@@ -477,3 +477,66 @@ def test_a_helper_bug_failing_with_two_error_types_heals_with_one_call_and_one_p
     asked = (root / "asked.jsonl").read_text().splitlines()
     assert len(asked) == 1  # one model call for one root cause
     assert sorted(p.name for p in (root / ".kernelfix").glob("*.patch")) == [first["patch"]]
+
+
+# -- checks NaN cannot fail -------------------------------------------------------------------
+
+SIZED = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+def block_for(n):
+    """The launch's block: one program per row, as liger's calculate_settings sizes it."""
+    block = triton.next_power_of_2(n)
+    if block > 64:
+        raise RuntimeError(f"n = {n} exceeds the block size limit 64")
+    return block
+
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+def double(x):
+    out = torch.empty_like(x)
+    n = x.numel()
+    double_kernel[(1,)](x, out, n, BLOCK=block_for(n))
+    return out
+'''
+SIZED_TEST = '''\
+import pytest
+import torch
+
+from kernels.sized import double
+
+
+@pytest.mark.kernel
+def test_versus_torch():
+    x = torch.linspace(-1, 1, 100)
+    torch.testing.assert_close(double(x), x * 2)
+
+
+@pytest.mark.kernel
+def test_two_calls_agree():
+    x = torch.linspace(-1, 1, 100)
+    torch.testing.assert_close(double(x), double(x.clone()), equal_nan=True)
+'''
+
+
+def test_a_check_that_compares_two_kernel_outputs_with_equal_nan_is_no_bypass(
+    pytester: pytest.Pytester,
+) -> None:
+    """liger's functional tests compare two entry points of one kernel, NaN equal to NaN:
+    poisoned with NaN they pass, yet every value they read is the kernel's. The NaN run
+    cannot tell; the scrambled run (two launches, two scrambles) fails them."""
+    fix = ("kernels/sized.py", "    if block > 64:\n", "    if block > 65536:\n")
+    report, _ = heal(pytester, {"kernels/sized.py": SIZED, "tests/test_sized.py": SIZED_TEST},
+                     {"test_sized": [[fix]]})
+    (bug,) = report["bugs"]
+    assert len(bug["nodeids"]) == 2
+    assert bug["status"] == "healed", bug["reason"]

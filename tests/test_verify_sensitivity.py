@@ -17,9 +17,21 @@ from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
-from pytest_kernelfix.rerun.report import ChildReport, Probe, RerunResult, TestOutcome
+from pytest_kernelfix.rerun.report import (
+    CheckSite,
+    ChildReport,
+    Probe,
+    RerunResult,
+    TestOutcome,
+)
 from pytest_kernelfix.rerun.sandbox import Sandbox
-from pytest_kernelfix.verify.sensitivity import BYPASS, SENSITIVE, UNMEASURED, judge_poisoned
+from pytest_kernelfix.verify.sensitivity import (
+    BLIND,
+    BYPASS,
+    SENSITIVE,
+    UNMEASURED,
+    judge_poisoned,
+)
 from pytest_kernelfix.verify.verifier import Verifier
 
 A, B = "tests/test_k.py::test_a", "tests/test_k.py::test_b"
@@ -62,6 +74,20 @@ def test_the_verdict_of_one_poisoned_run(outcomes: list[TestOutcome], state: str
     assert words in judgement.summary
 
 
+def test_checks_of_nan_and_infinity_alone_cannot_judge_scrambled_values() -> None:
+    """A test that only checks the loss is finite: NaN breaks it, scrambled values
+    (finite) cannot, so the scramble run says nothing of it."""
+    blind = TestOutcome(A, "passed", "call", launch_count=1,
+                        probe=Probe(1, 1, 4, "", blind=4))
+    judgement = judge_poisoned(run(blind), [A], "scramble")
+    assert judgement.state == UNMEASURED and "check only for NaN and infinity" in judgement.summary
+    assert judge_poisoned(run(blind), [A], "nan").state == BYPASS  # NaN it would have seen
+    seeing = TestOutcome(A, "passed", "call", launch_count=1,
+                         probe=Probe(1, 1, 4, "", blind=3))  # one real comparison
+    assert judge_poisoned(run(seeing), [A], "scramble").state == BYPASS
+    assert Probe.from_json(blind.probe.to_json()) == blind.probe  # type: ignore[union-attr]
+
+
 def test_a_crash_of_the_poisoned_run_counts_as_failing_for_the_unfinished_tests() -> None:
     crashed = run(outcome(A, "failed"), signal="SIGSEGV", returncode=-11)
     assert judge_poisoned(crashed, [A, B], "nan").state == SENSITIVE
@@ -73,6 +99,38 @@ def test_the_feedback_names_the_poison_and_the_tests() -> None:
     judgement = judge_poisoned(run(outcome(A, "passed")), [A], "scramble")
     assert "replaced by scrambled values" in judgement.summary
     assert A in judgement.feedback and "not a fix" in judgement.feedback
+
+
+def compared(nodeid: str, result: str, *taints: str) -> TestOutcome:
+    """A reach-mode outcome whose check sites (lines 10, 11, ...) read values with these
+    taints."""
+    sites = tuple(CheckSite(10 + i, 2, taint, 1, 0, "P") for i, taint in enumerate(taints))
+    worst = "partial" if "partial" in taints else "full" if "full" in taints else "clean"
+    return TestOutcome(nodeid, result, "call", launch_count=2,  # type: ignore[arg-type]
+                       probe=Probe(2, 2, 2 * len(taints), worst, sites, reach=True))
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "mode", "sites", "state"),
+    [
+        ([compared(A, "passed", "full", "full")], "nan", {}, BLIND),
+        ([compared(A, "passed", "full"), outcome(B, "failed")], "nan", {}, SENSITIVE),
+        ([compared(A, "passed", "full"), outcome(B, "passed")], "nan", {}, BYPASS),
+        ([compared(A, "passed", "full", "clean")], "nan", {}, BYPASS),
+        ([compared(A, "passed", "full", "partial")], "nan", {}, BYPASS),
+        ([compared(A, "passed", "full")], "scramble", {}, BYPASS),
+    ],
+    ids=["kernel outputs compared with each other", "beside a sensitive test",
+         "beside a bypass", "one check read clean values", "one check read partly poisoned values",
+         "blindness is NaN's only"],
+)
+def test_a_check_nan_cannot_fail_leaves_the_verdict_to_the_scrambled_run(
+        outcomes: list[TestOutcome], mode: str, sites: dict[str, int], state: str) -> None:
+    """liger's functional tests compare two runs of the kernel with a check that treats
+    NaN as equal to NaN: with both outputs poisoned they pass, yet every value they read
+    came from the kernel. That is no bypass; a value from torch reads clean."""
+    judgement = judge_poisoned(run(*outcomes), [o.nodeid for o in outcomes], mode, sites)
+    assert judgement.state == state, judgement
 
 
 # -- the verifier around the poisoned runs ---------------------------------------------------
@@ -125,6 +183,19 @@ def test_what_only_the_scrambled_run_catches_is_rejected(sandbox: Sandbox) -> No
                                   "scramble": run(outcome(A, "passed", taint=""))})
     assert not verdict.ok and verdict.kind == "insensitive"  # type: ignore[attr-defined]
     assert "replaced by scrambled values" in verdict.summary  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("scrambled", ["failed", "passed"])
+def test_a_nan_blind_test_is_judged_by_the_scrambled_run(sandbox: Sandbox,
+                                                         scrambled: str) -> None:
+    verdict, _ = verify(sandbox, {"": run(outcome(A, "passed")),
+                                  "nan": run(compared(A, "passed", "full")),
+                                  "scramble": run(outcome(A, scrambled, taint=""))})
+    if scrambled == "failed":
+        assert verdict.ok, verdict  # type: ignore[attr-defined]
+    else:
+        assert not verdict.ok and verdict.kind == "insensitive"  # type: ignore[attr-defined]
+        assert "replaced by scrambled values" in verdict.summary  # type: ignore[attr-defined]
 
 
 def test_a_test_that_checks_nothing_ends_as_uncertifiable(sandbox: Sandbox) -> None:

@@ -12,6 +12,7 @@ import pytest
 from factories import make_group
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
+from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.heal.outcomes import Verdict, VerdictKind
 from pytest_kernelfix.locate.grouping import BugGroup
@@ -22,7 +23,14 @@ from pytest_kernelfix.rerun.report import CheckSite, Fingerprint, Probe, RerunRe
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify.masks import kernel_output_unchanged
 from pytest_kernelfix.verify.sample import diverse, first, parameters, size
-from pytest_kernelfix.verify.sensitivity import BYPASS, SENSITIVE, judge_kernel, judge_poisoned
+from pytest_kernelfix.verify.sensitivity import (
+    BYPASS,
+    DOUBT,
+    SENSITIVE,
+    judge_kernel,
+    judge_poisoned,
+    poisoned_runs,
+)
 from pytest_kernelfix.verify.verifier import Verifier
 
 TEST = "tests/test_k.py"
@@ -97,16 +105,44 @@ def looped(outcomes: str) -> TestOutcome:
                        probe=Probe(2, 2, 9, "full", (site,), reach=True))
 
 
-@pytest.mark.parametrize(("before", "poisoned", "state"), [
-    ("FPP", "PFF", BYPASS),  # dx failed; poisoned, dx passes while dw, db fail: moved
-    ("FPP", "FFF", SENSITIVE),
-    ("PFP", "FFP", SENSITIVE),
-    ("", "PFF", SENSITIVE),  # not known on the original: the line failed, that is enough
-    ("FP", "PFF", SENSITIVE),  # runs that do not line up: the same
+@pytest.mark.parametrize(("before", "reading", "poisoned", "state"), [
+    # dx failed and read the kernel; poisoned, dx passes while dw, db fail: moved
+    ("FPP", {0}, "PFF", BYPASS),
+    ("FPP", {0}, "FFF", SENSITIVE),
+    ("PFP", {1}, "FFP", SENSITIVE),
+    # y failed, but the kernel's poison reached only the gradient runs: y passing now is
+    # no evidence against a fix of another kernel
+    ("FPP", frozenset(), "PFF", SENSITIVE),
+    # which run read the kernel is not known: a doubt, never a refusal
+    ("FPP", None, "PFF", DOUBT),
+    ("", None, "PFF", SENSITIVE),  # not known on the original: the line failed, enough
+    ("FP", {0}, "PFF", SENSITIVE),  # runs that do not line up: the line still fails
+    ("FP", {0}, "PPP", DOUBT),  # ... and passes: which run did is not known
 ])
-def test_a_check_in_a_loop_is_judged_run_by_run(before: str, poisoned: str, state: str) -> None:
-    judgement = judge_kernel(run(looped(poisoned)), {IDS[0]: LINE}, BACKWARD, {IDS[0]: before})
+def test_a_check_in_a_loop_is_judged_run_by_run(before: str, reading: frozenset[int] | None,
+                                                 poisoned: str, state: str) -> None:
+    judgement = judge_kernel(run(looped(poisoned)), {IDS[0]: LINE}, BACKWARD, {IDS[0]: before},
+                             {IDS[0]: None if reading is None else frozenset(reading)})
     assert judgement.state == state
+    if state == DOUBT:
+        assert "cannot be told" in judgement.summary
+
+
+@pytest.mark.parametrize(("taints", "before", "runs"), [
+    ("CFF", "FPP", frozenset()),  # the failed run read no poison: another kernel's check
+    ("FCC", "FPP", frozenset({0})),
+    ("", "FPP", None),  # read poison, runs not measured one by one
+    ("", "F", frozenset({0})),  # one run: the line's taint is the run's
+    ("FF", "FPP", None),  # not lining up
+])
+def test_the_runs_of_a_check_that_read_a_kernels_poison(taints: str, before: str,
+                                                        runs: frozenset[int] | None) -> None:
+    site = CheckSite(LINE, 9, "full", len(before), before.count("F"), before, taints)
+    outcome = TestOutcome(IDS[0], "passed", "call", launch_count=2,
+                          probe=Probe(2, 2, 9, "full", (site,), reach=True))
+    assert poisoned_runs(run(outcome), IDS[0], LINE, before) == runs
+    assert CheckSite.from_json(site.to_json()) == site  # carried from the child as is
+    assert CheckSite.from_json(site.to_json()[:6]) == replace(site, taints="")
 
 
 def test_with_only_the_attributed_kernel_poisoned_the_failed_check_must_fail() -> None:
@@ -260,6 +296,61 @@ def test_a_gradient_from_the_forward_statistics_is_rejected_per_kernel(sandbox: 
     assert "does not depend on bwd_kernel" in verdict.summary
     (deciding,) = [p for p in verdict.phases if p.outcome == "insensitive"]
     assert deciding.name == "sensitivity (nan, only bwd_kernel)"
+
+
+def two_outputs(taints: bool) -> Answer:
+    """One check line in a loop over y (the forward kernel's) and dx (the backward's,
+    computed from y); the forward kernel was wrong. ``taints``: whether the child told
+    each run's poison apart."""
+
+    def answer(spec: RerunSpec, original: bool) -> TestOutcome:
+        prints = (Fingerprint(FORWARD, "x", "y0" if original else "y"),
+                  Fingerprint(BACKWARD, "y0" if original else "y", "dx"))
+        if not spec.probe.poison:
+            ends = "FP" if original else "PP"
+            if not spec.probe.reach:
+                return TestOutcome("", "failed" if original else "passed", "call",
+                                   launch_count=2, probe=Probe(2, fingerprints=prints))
+            site = CheckSite(LINE, 2, "", 2, ends.count("F"), ends)
+            return TestOutcome("", "passed", "call", launch_count=2,
+                               probe=Probe(2, sites=(site,), reach=True, fingerprints=prints))
+        y = not spec.probe.kernels or FORWARD in spec.probe.kernels
+        dx = y or BACKWARD in spec.probe.kernels
+        ends = ("F" if original or y else "P") + ("F" if dx else "P")
+        told = ("F" if y else "C") + ("F" if dx else "C") if taints else ""
+        site = CheckSite(LINE, 2, "full", 2, ends.count("F"), ends, told)
+        return TestOutcome("", "passed", "call", launch_count=2,
+                           probe=Probe(2, 2, 2, "full", (site,), reach=True))
+
+    return answer
+
+
+def test_a_forward_fix_checked_beside_a_gradient_at_one_line_is_accepted(
+    sandbox: Sandbox,
+) -> None:
+    verdict, check = verify(sandbox, Runner(two_outputs(taints=True)))
+    assert verdict.ok, verdict.summary
+    assert check.attributed({}) == (FORWARD,)  # the run that failed read fwd's poison only
+    assert "sensitivity (nan, only fwd_kernel)" in [p.name for p in verdict.phases]
+
+
+def test_a_doubt_of_the_per_kernel_rule_is_noted_never_a_refusal(sandbox: Sandbox) -> None:
+    verdict, check = verify(sandbox, Runner(two_outputs(taints=False)))
+    assert check.attributed({}) == (BACKWARD,)  # last launched, its poison at the line
+    assert verdict.ok, verdict.summary
+    assert "not judged per kernel" in verdict.summary and "cannot be told" in verdict.summary
+
+
+def test_a_test_that_expects_an_error_need_not_launch_once_fixed(sandbox: Sandbox) -> None:
+    launch = KernelLaunch("fwd_kernel", str(sandbox.source / "kernels" / "k.py"), 1)
+    group = group_of(sandbox.source)
+    failures = [replace(f, launches=(launch,)) for f in group.failures]
+    failures[0] = replace(failures[0], error=ErrorInfo("Failed", "DID NOT RAISE <class 'E'>"))
+    setup = RerunSetup(sandbox.source, 10.0, DevicePlan(interpret=True))
+    with sandbox:
+        check = Verifier(sandbox, setup, replace(group, failures=tuple(failures)),
+                         Project(sandbox.source), runner=Runner(fixed))
+    assert check.launched == frozenset(IDS[1:])  # all but the one that expected an error
 
 
 def test_a_regression_that_fails_on_the_original_code_too_is_none(sandbox: Sandbox) -> None:

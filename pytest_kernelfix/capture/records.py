@@ -11,14 +11,16 @@ an xdist worker becomes a :func:`crash_failure`. Nothing here holds a live objec
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kernelfix.capture.errors import ErrorInfo
+from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.config import SELECT_WORDS
 from pytest_kernelfix.project import Project, is_within
@@ -86,8 +88,10 @@ def involved_hashes(error: ErrorInfo, launches: Iterable[KernelLaunch], root: Pa
 @dataclass(frozen=True)
 class Selection:
     """Which failing tests are healed (``kernelfix_select``): those marked ``kernel``,
-    those that launched a Triton kernel of the project, or those whose nodeid matches
-    a glob. A test is healed when any of the chosen rules selects it."""
+    those that launched a Triton kernel of the project (or raised in a project module
+    that defines one, on the way to its launch: :func:`reached_project_kernel`), or
+    those whose nodeid matches a glob. A test is healed when any of the chosen rules
+    selects it."""
 
     marker: bool = True
     launched: bool = False
@@ -102,16 +106,16 @@ class Selection:
         return any(fnmatch.fnmatchcase(nodeid, glob) for glob in self.globs)
 
     def selects(self, nodeid: str, marked: bool, launches: Iterable[KernelLaunch],
-                project: Project) -> bool:
+                project: Project, frames: Iterable[Frame] = ()) -> bool:
         if (self.marker and marked) or self.matches(nodeid):
             return True
-        return self.launched and launched_project_kernel(launches, project)
+        return self.launched and reached_project_kernel(launches, frames, project)
 
     def why_not(self, nodeid: str, marked: bool, launches: Iterable[KernelLaunch],
-                project: Project) -> str:
+                project: Project, frames: Iterable[Frame] = ()) -> str:
         """Why a failing test is not healed (every chosen rule it fails); "": it is."""
         launches = tuple(launches)
-        if self.selects(nodeid, marked, launches, project):
+        if self.selects(nodeid, marked, launches, project, frames):
             return ""
         rules = (("not marked kernel", self.marker),
                  ("launched no project kernel", self.launched),
@@ -130,10 +134,42 @@ def launched_project_kernel(launches: Iterable[KernelLaunch], project: Project) 
                for launch in launches)
 
 
+#: A ``@triton.jit`` (or ``@jit``, ``@triton.autotune``, ``@triton.heuristics``) line.
+_KERNEL_DECORATOR = re.compile(rb"^[ \t]*@(?:triton\.)?(?:jit|autotune|heuristics)\b", re.M)
+
+
+def reached_project_kernel(launches: Iterable[KernelLaunch], frames: Iterable[Frame],
+                           project: Project) -> bool:
+    """What ``launched`` selects: the test launched a Triton kernel of the project, or its
+    error was raised in a project source module that defines one (a wrapper or a
+    launch-sizing helper that failed before the launch: a root cause shared by every
+    kernel that calls it, which no launch records)."""
+    return launched_project_kernel(launches, project) or any(
+        project.is_source(frame.path) and defines_kernel(frame.path) for frame in frames)
+
+
+def defines_kernel(path: str) -> bool:
+    """Whether the Python file ``path`` defines a Triton kernel (a decorated line)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return _defines_kernel(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _defines_kernel(path: str, mtime_ns: int, size: int) -> bool:
+    try:
+        return _KERNEL_DECORATOR.search(Path(path).read_bytes()) is not None
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True)
 class Unselected:
     """A failing test the selection left out: ``why`` (:meth:`Selection.why_not`), and
-    whether it launched a kernel of the project (``launched`` would select it)."""
+    whether it launched a kernel of the project or failed on the way to one
+    (``launched`` would select it: :func:`reached_project_kernel`)."""
 
     nodeid: str
     why: str

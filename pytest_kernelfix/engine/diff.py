@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
+from typing import Literal
+
+_Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
 
 
 def unified_diff(before: str, after: str, path: str) -> str:
@@ -32,7 +35,7 @@ def unified_diff(before: str, after: str, path: str) -> str:
     a = _diff_lines(before[start:stop])
     b = _diff_lines(after[start : stop + len(after) - len(before)])
     out = [f"diff --git a/{path} b/{path}\n", f"--- a/{path}\n", f"+++ b/{path}\n"]
-    for group in difflib.SequenceMatcher(None, a, b).get_grouped_opcodes(_CONTEXT):
+    for group in _EdgesKept(a, b).get_grouped_opcodes(_CONTEXT):
         first, last = group[0], group[-1]
         old_range = _hunk_range(lo + first[1], lo + last[2])
         new_range = _hunk_range(lo + first[3], lo + last[4])
@@ -47,6 +50,42 @@ def unified_diff(before: str, after: str, path: str) -> str:
 
 
 _CONTEXT = 3
+
+
+class _EdgesKept(difflib.SequenceMatcher[str]):
+    """difflib, with the window's common first and last lines kept equal.
+
+    Among repeated lines difflib may align a change to the window's edge (``a a a a``
+    to ``b a a a``: insert ``b``, keep three, delete the last ``a``). A hunk that ends
+    in a change is one git anchors at the end of the file, so a window that stops
+    before it would give a patch ``git apply`` refuses.
+    """
+
+    def __init__(self, a: list[str], b: list[str]) -> None:
+        limit = min(len(a), len(b))
+        head = next((i for i in range(limit) if a[i] != b[i]), limit)
+        tail = next((i for i in range(limit - head) if a[-1 - i] != b[-1 - i]), limit - head)
+        self.edges = head, tail
+        super().__init__(None, a[head : len(a) - tail], b[head : len(b) - tail])
+        self.sizes = len(a), len(b)
+
+    def get_opcodes(self) -> list[_Opcode]:
+        head, tail = self.edges
+        size = self.sizes
+        inner = [(tag, i1 + head, i2 + head, j1 + head, j2 + head)
+                 for tag, i1, i2, j1, j2 in super().get_opcodes()
+                 if (i1, j1) != (i2, j2)]
+        codes: list[_Opcode] = [("equal", 0, head, 0, head)] if head else []
+        codes += inner
+        if tail:
+            codes.append(("equal", size[0] - tail, size[0], size[1] - tail, size[1]))
+        merged: list[_Opcode] = []
+        for code in codes:
+            if merged and merged[-1][0] == code[0] == "equal":
+                merged[-1] = ("equal", merged[-1][1], code[2], merged[-1][3], code[4])
+            else:
+                merged.append(code)
+        return merged or [("equal", 0, size[0], 0, size[1])]
 
 
 def _diff_lines(text: str) -> list[str]:

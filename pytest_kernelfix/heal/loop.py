@@ -95,13 +95,16 @@ def heal(
     resolve_need: NeedResolver | None = None,
     tidy: Callable[[str], str] = lambda text: text,
     first: Proposal | None = None,
+    resume: Resume | None = None,
 ) -> HealResult:
     """Run up to ``rounds`` rounds on one bug and return how it ended.
 
     ``tidy`` cleans what the verifier says (paths, machinery frames) before the model
     reads it. The first round's prompt size is what the fixer says it sent. ``first`` is
     round 1's answer when it was asked for already (a fixer that costs nothing is asked
-    before the baseline rerun).
+    before the baseline rerun). ``resume`` goes on from a heal whose winner a later
+    verification rejected: its rounds are kept, its last one now ends with that verdict,
+    and the next round starts from the winner with the verdict as feedback.
     """
     started = clock()
     originals = dict(originals)
@@ -114,6 +117,19 @@ def heal(
     first_prompt = 0
     previous: tuple[object, ...] | None = None
     masked: tuple[Mapping[str, str], str] | None = None  # (candidate, summary)
+    if resume is not None:
+        current = {**current, **resume.result.final}
+        summary = tidy(resume.verdict.summary)
+        won = resume.result.rounds[-1]
+        records = [*resume.result.rounds[:-1], replace(
+            won, outcome=redact(summary), notes=won.notes + tuple(
+                redact(note) for note in resume.verdict.notes),
+            phases=won.phases + resume.verdict.phases)]
+        usage = resume.result.usage
+        first_prompt = resume.result.prompt_chars
+        history = [Attempt(record.round, record.outcome) for record in records]
+        tried[_digest(current)] = summary
+        feedback = tidy(resume.verdict.feedback or resume.verdict.summary)
 
     def finish(status: str, reason: str, final: Mapping[str, str] | None = None) -> HealResult:
         return HealResult(
@@ -152,7 +168,7 @@ def heal(
         return HealInterrupted(finish(UNHEALED, f"interrupted in round {number}: nothing more "
                                                 "was tried"), *stop.args[:1])
 
-    for number in range(1, rounds + 1):
+    for number in range(len(records) + 1, rounds + 1):
         shown = shown_definitions(context)  # this round's prompt: a need may add to it
         request = ProposalRequest(
             context=context,
@@ -238,6 +254,15 @@ def heal(
             masked = (outcome.candidate, f"round {number}: {outcome.summary}")
     last = records[-1].outcome if records else "no rounds ran"
     return give_up(f"not healed after {rounds} round(s); last: {last}")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A heal that ended healed, and the verdict that later rejected its winner (its
+    patch failed tests that failed, or passed, after the heal began)."""
+
+    result: HealResult
+    verdict: Verdict
 
 
 def shown_definitions(context: BugContext) -> tuple[str, ...]:

@@ -205,3 +205,19 @@ def resolve_changes(requested: str, project: Project, environ: Mapping[str, str]
                      "goes on without one")
     changes = Changes(change, bool(base and base.ci), store, tuple(skip))
     return changes, tuple(notes)
+
+
+def change_waits(requested: str, project: Project, environ: Mapping[str, str], *,
+                 green: Path | None = None, skip: Iterable[Path] = ()) -> str:
+    """The base a failure of this session will be compared with, when there is a change
+    since it to bisect ("" when none): healing while the tests run gives way to the
+    experiment, which needs the change."""
+    if requested == NONE:
+        return ""
+    base, _ = find_git_base(requested, project.root, environ)
+    change = git_change(base, project) if base is not None else None
+    if change is not None and change.source_hunks:
+        return change.base
+    if requested == AUTO and green is not None and GreenStore(green).differs(project, skip):
+        return "the last green run"
+    return ""

@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 
 from pytest_kernelfix.locate.grouping import MAX_EDITABLE_FILES, BugGroup
 from pytest_kernelfix.locate.outline import parse_module
-from pytest_kernelfix.locate.reach import Located
+from pytest_kernelfix.locate.reach import TIER_FIRST, TIER_HELPER, TIER_REST, Located
 from pytest_kernelfix.project import Project
 
 #: Changed runs separated by at most this many unchanged lines are one hunk.
@@ -212,9 +212,9 @@ def changed_editable(change: Change, project: Project) -> tuple[str, ...]:
 def with_change(group: BugGroup, change: Change, project: Project,
                 culprits: Sequence[Hunk] = ()) -> BugGroup:
     """``group`` with the change's files editable and the definitions it touched ranked
-    first: the culprit's definitions above the launched kernels (shown whatever the
-    budget; the kernels stay pinned), the first others touched pinned just below the
-    kernels, the rest ranked above everything reach found but free to give way.
+    first: the culprit's definitions in the first tier, above the launched kernels
+    (shown whatever the budget; the kernels stay pinned), the first others touched
+    pinned first among the helpers, the rest first among what may give way.
 
     Files: the culprit's first, then the group's own, then the changed files closest to
     them (same folder first), at most :data:`MAX_CHANGED_FILES` more.
@@ -243,23 +243,19 @@ def with_change(group: BugGroup, change: Change, project: Project,
         touched += [(path, name) for name in touched_definitions(text.hunks, text.current)
                     if (path, name) not in culprit_keys]
     why = f"changed since {change.base}"
-    if culprit_keys:  # the launched kernels give way to the culprit, not to the rest
-        ranked.update((key, replace(item, pinned=True)) for key, item in ranked.items()
-                      if item.score >= top)
-    for key in culprit_keys:
+    for key in culprit_keys:  # first of all: shown whatever the budget
         ranked[key] = Located(*key, top + 1, "reverting its changed lines alone makes the "
-                              "test pass", jit=_jit(ranked.get(key)), pinned=True)
+                              "test pass", jit=_jit(ranked.get(key)), tier=TIER_FIRST)
     for number, key in enumerate(touched):
         old = ranked.get(key)
-        pinned = number < MAX_PINNED_TOUCHED
-        score = top - 0.25 if pinned else top - 0.5
-        if old is not None and old.score >= score:
-            ranked[key] = replace(old, pinned=old.pinned or pinned, why=f"{old.why}; {why}")
+        tier = TIER_HELPER if number < MAX_PINNED_TOUCHED else TIER_REST
+        if old is not None and old.tier <= tier:
+            score = old.score if old.tier < tier else max(old.score, top + 0.5)
+            ranked[key] = replace(old, score=score, why=f"{old.why}; {why}")
         else:
-            ranked[key] = Located(*key, score, why, jit=_jit(old),
-                                  pinned=pinned or bool(old and old.pinned))
+            ranked[key] = Located(*key, top + 0.5, why, jit=_jit(old), tier=tier)
     located = sorted((item for item in ranked.values() if item.path in editable),
-                     key=lambda item: (-item.score, item.path, item.qualname))
+                     key=lambda item: item.order)
     return replace(group, editable=tuple(editable), located=tuple(located))
 
 

@@ -7,7 +7,14 @@ A module over :data:`VIEW_LINES` lines is shown *focused*: the definitions
 constants and ``triton.Config`` lists they read) in full, each span headed by its line
 numbers, and a one-line outline of every other definition. The edits still apply to
 the whole file. The first prompt of a bug stays under :data:`PROMPT_BUDGET` characters,
-under 6,000 tokens, whatever the module sizes.
+about 6,500 tokens, whatever the module sizes.
+
+What is shown first, and cut last, is decided by each definition's tier
+(:attr:`~pytest_kernelfix.locate.reach.Located.tier`), and :func:`fit` makes everything
+fit, giving way in a fixed order (docstrings, test sources, outlines, headers, then
+code, the last tier first). A stage that wants a definition shown (the code a diff
+touched) gives it a low tier: ``replace(item, tier=TIER_FIRST)``, or a new
+:class:`~pytest_kernelfix.locate.reach.Located` for it.
 """
 
 from __future__ import annotations
@@ -23,20 +30,30 @@ from pytest_kernelfix.capture.logs import clean_log, relative_paths, truncate_lo
 from pytest_kernelfix.locate.change import ChangeView
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
-from pytest_kernelfix.locate.reach import Located, nodeid_qualname
+from pytest_kernelfix.locate.reach import (
+    TIER_FIRST,
+    TIER_HELPER,
+    TIER_KERNEL,
+    TIER_REST,
+    Located,
+    nodeid_qualname,
+)
+from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.redact import redact
 
 #: The whole first prompt (system and user messages), in characters. Kernel code runs
 #: about 3.7 characters per token (cl100k_base and o200k_base, measured on liger-kernel
-#: prompts by benchmarks/reach_bench.py), so this keeps a prompt under 6,000 tokens.
-PROMPT_BUDGET = 22_000
+#: prompts by benchmarks/reach_bench.py), so this keeps a prompt under 6,500 tokens.
+PROMPT_BUDGET = 24_000
 #: Characters per token of these prompts, for the report's token estimate.
 CHARS_PER_TOKEN = 3.7
 #: What the templates' own text takes (the rules, headings, how the fix is verified).
 RESERVED = 7_000
-#: The error log and the test sources, at most.
+#: The error log, at most; the test sources: a module shown whole up to TESTS_WHOLE, the
+#: failing tests and their helpers up to TESTS_BUDGET (what they give way to).
 LOG_BUDGET = 4_000
+TESTS_WHOLE = 5_000
 TESTS_BUDGET = 3_000
 #: Modules longer than this are shown focused rather than whole.
 VIEW_LINES = 150
@@ -223,20 +240,31 @@ def _line_count(text: str) -> int:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a focused view shows besides its definitions: the module's import header
-    and the constants the definitions read. Both give way first under the budget (a
-    constant left out keeps its outline line, value included)."""
+    """What a focused view shows besides its definitions' code: the module's import
+    header, the constants the definitions read, their docstrings, and the outline of
+    what is left out. Each gives way under the budget before any code does (a docstring
+    to a one-line marker, an outline to one line, a constant to its outline line, value
+    included)."""
 
     header: bool = True
     constants: bool = True
+    docs: bool = True
+    outline: bool = True
+
+
+#: A docstring of at least this many lines gives way to a marker under the budget.
+DOC_LINES = 4
+#: A span cut for length keeps at least this many characters, and the lines this close to
+#: an anchor (the line that raised, a launch).
+MIN_CUT = 400
+ANCHOR_LINES = 8
 
 
 def _spans(index: ModuleIndex, symbols: Sequence[str], shape: Shape) -> list[tuple[int, int]]:
-    """Line spans to show for ``symbols``: the imports, each definition (a method with
-    its class line), and the module constants each reads."""
+    """Line spans to show for ``symbols``: the imports (only beside a definition: an
+    import header alone says nothing), each definition (a method with its class line),
+    and the module constants each reads."""
     spans: list[tuple[int, int]] = []
-    if shape.header and index.import_span != (0, 0):
-        spans.append(index.import_span)
     for name in symbols:
         definition = index.find(name)
         if definition is None:
@@ -250,7 +278,22 @@ def _spans(index: ModuleIndex, symbols: Sequence[str], shape: Shape) -> list[tup
             constant = index.find(used.split(".")[0])
             if constant is not None and constant.kind == "constant":
                 spans.append((constant.start, constant.end))
+    if spans and shape.header and index.import_span != (0, 0):
+        spans.append(index.import_span)
     return spans
+
+
+def _holes(index: ModuleIndex, symbols: Sequence[str], shape: Shape) -> list[tuple[int, int]]:
+    """The docstrings a view leaves out: those of its definitions, of DOC_LINES lines or
+    more, once ``shape`` gives them up."""
+    if shape.docs:
+        return []
+    holes = []
+    for name in symbols:
+        definition = index.find(name)
+        if definition is not None and definition.doc[1] - definition.doc[0] + 1 >= DOC_LINES:
+            holes.append(definition.doc)
+    return sorted(set(holes))
 
 
 def _merge(spans: list[tuple[int, int]], lines: Sequence[str]) -> list[tuple[int, int]]:
@@ -271,14 +314,20 @@ def _covered(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
     return any(start <= definition.start and definition.end <= end for start, end in spans)
 
 
+def _overlaps(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
+    return any(start <= definition.end and definition.start <= end for start, end in spans)
+
+
 def render_source(path: str, text: str, symbols: Sequence[str], *,
-                  limit: int | None = None, keep: int = 1, shape: Shape = Shape()
-                  ) -> SourceFile:
+                  limit: int | None = None, keep: int = 1, shape: Shape = Shape(),
+                  order: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
     """``text`` shown focused on ``symbols`` (qualified names, most important first).
 
     Over ``limit`` characters the last symbols (all but ``keep``) are left to the
-    outline; when those kept are still too long, the longest span is cut at a line
-    boundary. A module that does not parse is shown whole.
+    outline; when those kept are still too long, the longest definitions are cut in the
+    middle at line boundaries (in ``order`` when given, else the longest first), the
+    lines around each of ``anchors`` kept, and the outline says which lines are missing.
+    A module that does not parse is shown whole.
     """
     index = parse_module(text)
     if index.error:
@@ -290,67 +339,176 @@ def render_source(path: str, text: str, symbols: Sequence[str], *,
         kept.pop()
         view = _render(path, text, index, lines, kept, shape)
     if limit is not None and rendered_size(view) > limit:
-        view = _render(path, text, index, lines, kept, shape,
-                       room=limit - rendered_size(view))
+        room = limit - rendered_size(view)
+        for _ in range(4):  # the markers of a cut cost characters too: cut more for them
+            cut = _render(path, text, index, lines, kept, shape, room=room, order=order,
+                          anchors=anchors)
+            over = rendered_size(cut) - limit
+            if over <= 0:
+                break
+            room -= over
+        view = cut
     return view
 
 
+def _size(lines: Sequence[str], start: int, end: int) -> int:
+    return sum(len(line) + 1 for line in lines[start - 1:end])
+
+
+def _kept(start: int, end: int, lines: Sequence[str], budget: int,
+          anchors: Sequence[int]) -> set[int]:
+    """The lines of ``start``-``end`` kept within ``budget`` characters: those around
+    each anchor (a traceback line, a launch), then the head and the tail."""
+    keep = {line for anchor in anchors if start <= anchor <= end
+            for line in range(max(start, anchor - ANCHOR_LINES),
+                              min(end, anchor + ANCHOR_LINES) + 1)}
+    left = budget - sum(len(lines[line - 1]) + 1 for line in keep)
+    head = left * 0.6
+    for line in range(start, end + 1):
+        if line in keep:
+            continue
+        if len(lines[line - 1]) + 1 > head:
+            break
+        head -= len(lines[line - 1]) + 1
+        left -= len(lines[line - 1]) + 1
+        keep.add(line)
+    for line in range(end, start - 1, -1):
+        if line in keep:
+            continue
+        if len(lines[line - 1]) + 1 > left:
+            break
+        left -= len(lines[line - 1]) + 1
+        keep.add(line)
+    return keep
+
+
+def _runs(lines: Iterable[int]) -> list[tuple[int, int]]:
+    """Consecutive line numbers as (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for line in sorted(lines):
+        if runs and runs[-1][1] == line - 1:
+            runs[-1] = (runs[-1][0], line)
+        else:
+            runs.append((line, line))
+    return runs
+
+
+def _cut(spans: list[tuple[int, int]], lines: Sequence[str], room: int,
+         ranges: Sequence[tuple[int, int]], anchors: Sequence[int] = ()
+         ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """``spans`` with ``-room`` characters cut out of ``ranges`` (the definitions shown, in
+    the order they may be cut). Each keeps its head, its tail (a kernel's fault is as
+    often in its final store as in its loads) and the lines around its ``anchors`` (the
+    line that raised, the launch). Returns the spans left and the line ranges cut."""
+    cuts: list[tuple[int, int]] = []
+    remaining = -room
+    for start, end in ranges:
+        if remaining <= 0:
+            break
+        size = _size(lines, start, end)
+        keep = _kept(start, end, lines, max(size - remaining, MIN_CUT), anchors)
+        gone = _runs(set(range(start, end + 1)) - keep)
+        if not gone:
+            continue
+        cuts += gone
+        remaining -= sum(_size(lines, a, b) for a, b in gone)
+    left = list(spans)
+    for a, b in cuts:
+        pieces = []
+        for start, end in left:
+            if b < start or a > end:
+                pieces.append((start, end))
+                continue
+            pieces += [piece for piece in ((start, a - 1), (b + 1, end)) if piece[0] <= piece[1]]
+        left = pieces
+    return sorted(left), sorted(cuts)
+
+
 def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
-            symbols: Sequence[str], shape: Shape, room: int = 0) -> SourceFile:
-    """The focused view; a negative ``room`` cuts that many characters off the longest
-    span (its head is kept)."""
+            symbols: Sequence[str], shape: Shape, room: int = 0,
+            order: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
+    """The focused view; a negative ``room`` cuts that many characters out of the
+    definitions shown, in ``order`` (those not in it after), the longest first."""
     spans = _merge(_spans(index, symbols, shape), lines)
+    cuts: list[tuple[int, int]] = []
     if room < 0 and spans:
-        longest = max(spans, key=lambda span: span[1] - span[0])
-        start, end = longest
-        size = sum(len(line) + 1 for line in lines[start - 1:end])
-        keep_end = start
-        budget = max(size + room, 400)
-        while keep_end < end and budget - len(lines[keep_end - 1]) - 1 >= 0:
-            budget -= len(lines[keep_end - 1]) + 1
-            keep_end += 1
-        spans[spans.index(longest)] = (start, max(start, keep_end - 1))
+        defined = [d for name in symbols if (d := index.find(name)) is not None]
+        ranges = [(d.start, d.end) for d in sorted(
+            defined, key=lambda d: (order.index(d.qualname) if d.qualname in order
+                                    else len(order), d.start - d.end))]
+        spans, cuts = _cut(spans, lines, room, ranges or spans, anchors)
+    holes = [hole for hole in _holes(index, symbols, shape)
+             if any(start <= hole[0] and hole[1] <= end for start, end in spans)]
     parts: list[str] = []
     for start, end in spans:
-        parts.append(f"# --- lines {start}-{end} ---")
-        parts += lines[start - 1:end]
+        note = next((f" (lines {a}-{b} cut for length)" for a, b in cuts if b + 1 == start), "")
+        segments = []
+        for a, b in [hole for hole in holes if start <= hole[0] and hole[1] <= end]:
+            if a > start:
+                segments.append((start, a - 1, note))
+                note = ""
+            note += f" (docstring, lines {a}-{b}, not shown)"
+            start = b + 1
+        segments.append((start, end, note))
+        for first, last, said in segments:
+            if first > last:  # nothing after the docstring
+                parts.append(f"# ---{said} ---")
+                continue
+            parts.append(f"# --- lines {first}-{last}{said} ---")
+            parts += lines[first - 1:last]
     outline: list[str] = []
+    for a, b in cuts:
+        owner = next((d for d in index.definitions if d.start <= a and b <= d.end
+                      and d.kind != "class"), None)
+        name = f"{owner.qualname} (lines {owner.start}-{owner.end})" if owner else "a definition"
+        ask = f'; "need": ["{path}:{owner.qualname}"] shows it whole' if owner else ""
+        outline.append(f"{a}-{b}: part of {name}, cut for length{ask}")
     start, end = index.import_span
-    if not shape.header and start and not any(a <= start and end <= b for a, b in spans):
+    if spans and not shape.header and start and not any(
+            a <= start and end <= b for a, b in spans):
         outline.append(f"{start}-{end}: imports")
+    left = 0
     for definition in index.definitions:
-        if _covered(definition, spans):
+        if _covered(definition, spans) or (cuts and _overlaps(definition, spans)
+                                           and definition.kind != "class"):
             continue
         if definition.kind == "method":
             owner = index.find(definition.qualname.split(".")[0])
             if owner is not None and not _covered(owner, spans) and owner.end - (
                     owner.start) < 40:
                 continue  # a small class unshown is one outline line
+        left += 1
         span = (f"{definition.start}-{definition.end}" if definition.end > definition.start
                 else f"{definition.start}")
         indent = "  " if definition.kind == "method" else ""
         outline.append(f"{indent}{span}: {definition.header}")
     shown = tuple(name for name in symbols if index.find(name) is not None)
     most = MAX_OUTLINE if shown else MAX_OUTLINE_UNSHOWN
-    if len(outline) > most:
+    if not shape.outline and left and not parts:  # one line says it all
+        return SourceFile(path, text, f'# (nothing of this file is shown: "need": ["{path}"] '
+                                      f"lists its {left} definitions)\n", (), ())
+    if not shape.outline and left:
+        outline = [*outline[:len(cuts)], f"{left} definitions (\"need\": [\"{path}\"] lists "
+                                         "them)"]
+    elif len(outline) > most:
         outline = [*outline[:most], f"... and {len(outline) - most} more"]
     view = "\n".join(parts) + "\n" if parts else "# (nothing of this file is shown in full)\n"
     return SourceFile(path, text, view, tuple(outline), shown)
 
 
+#: What the fix template adds around a file: the heading and fences of one shown whole
+#: (a test's heading is the longest), of one shown focused, and the outline's heading.
+FILE_FRAME = 50
+FOCUSED_FRAME = 160
+OUTLINE_FRAME = 100
+
+
 def rendered_size(source: SourceFile) -> int:
     """Characters a prompt spends on one file (its heading, code and outline)."""
-    return len(source.path) + 40 + len(source.content) + sum(len(line) + 3
-                                                              for line in source.outline)
-
-
-def _ranks(located: Sequence[Located]) -> dict[tuple[str, str], int]:
-    """How firmly each definition is shown: 0 for those tied at the best score (the
-    launched kernels), 1 for the pinned ones (the launching function and what sizes
-    the launch), 2 for the rest, shown while they fit."""
-    best = located[0].score if located else 0.0
-    return {item.key: 0 if item.score >= best else 1 if item.pinned else 2
-            for item in located}
+    outline = (len(source.path) + OUTLINE_FRAME + sum(len(line) + 3 for line in source.outline)
+               if source.outline else 0)
+    frame = FOCUSED_FRAME if source.focused else FILE_FRAME
+    return len(source.path) + frame + len(source.content) + outline
 
 
 def choose_focus(
@@ -358,28 +516,27 @@ def choose_focus(
 ) -> dict[str, tuple[str, ...]]:
     """Per file, the definitions to show in full (absent: the whole file), within ``limit``.
 
-    Greedy: a short module whole, a long one focused on its definitions, the launched
-    kernels and the pinned definitions first, then the others by score while the total
-    fits. :func:`fit_views` makes room for the first two when they alone exceed the
-    limit. What does not fit stays in the outline.
+    Greedy, by tier then score: a short module whole, a long one focused on its
+    definitions; every pinned definition (all tiers but the last) first, then the others
+    while the total fits. :func:`fit` makes room for the pinned ones when they alone
+    exceed the limit. What does not fit stays in the outline.
     """
     small = {path for path, text in texts.items() if _line_count(text) <= VIEW_LINES}
     focus: dict[str, list[str]] = {path: [] for path in texts if path not in small}
     whole: set[str] = set()
-    ranks = _ranks(located)
 
     def total() -> int:
         size = 0
         for path, text in texts.items():
             if path in whole:
-                size += len(path) + 40 + len(text)
+                size += len(path) + FILE_FRAME + len(text)
             elif path in focus:
                 size += rendered_size(render_source(path, text, focus[path]))
         return size
 
-    for item in sorted(located, key=lambda item: ranks[item.key]):  # stable: by score
+    for item in sorted(located, key=lambda item: item.order):
         path = item.path
-        forced = ranks[item.key] < 2
+        forced = item.pinned
         if path not in texts or path in whole:
             continue
         if path in small and path not in focus:
@@ -403,25 +560,50 @@ def choose_focus(
     return {path: tuple(symbols) for path, symbols in focus.items()}
 
 
-def fit_views(
-    located: Sequence[Located], texts: Mapping[str, str], limit: int
-) -> tuple[dict[str, tuple[str, ...]], dict[str, SourceFile]]:
-    """The focus per file and the views, together within ``limit``.
+@dataclass(frozen=True)
+class Fitted:
+    """The editable files' views and the test sources' views, together within a limit:
+    ``focus`` holds the definitions shown in full per focused file."""
 
-    While over it, the views give up, in this order: whole files become focused (the
-    largest first); focused ones leave out their import headers, then the constants
-    their definitions read (the largest first); then definitions go to the outline
-    wherever they are, those not pinned first, the lowest scored first, never the
-    launched kernels; last, the longest span of the largest view is cut.
+    focus: dict[str, tuple[str, ...]]
+    views: dict[str, SourceFile]
+    tests: tuple[SourceFile, ...] = ()
+
+
+def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
+        tests: Sequence[tuple[SourceFile, SourceFile]] = (),
+        anchors: Mapping[str, Sequence[int]] | None = None, *,
+        kernels_last: bool = True) -> Fitted:
+    """The views of the editable files ``texts`` and of the tests (each given as its
+    preferred view and its least one: the failing tests and their helpers), within
+    ``limit`` characters; ``anchors`` are, per file, the lines a cut keeps (where the
+    error was raised, where kernels were launched). ``kernels_last``: the launched
+    kernels are the last code cut; else (the wrapper raised, or the test expected it
+    to) the first-tier functions are.
+
+    What is shown is ordered by the tiers of ``located`` (the frame that raised and the
+    functions that launch the kernels, the launched kernels, their helpers, the rest),
+    then by score. While over the limit, the views give way in this order: whole files
+    become focused (the largest first); the docstrings of the definitions shown become a
+    one-line marker; the test sources keep only the failing tests and their helpers; a
+    module none of whose definitions is shown keeps one outline line; import headers,
+    then the constants the definitions read, are left out (the largest view first).
+    Only then does code go: definitions move to the outline, the last tier first and the
+    lowest scored first, never one of the first two tiers (the launching functions and
+    the launched kernels); last, the longest definitions are cut, their heads, tails and
+    anchors kept (the line that raised, the launch), the launched kernels last, each cut
+    named in its view's outline.
     """
-    focus = choose_focus(located, texts, limit)
-    ranks = _ranks(located)
+    anchors = anchors or {}
+    chosen = [preferred for preferred, _ in tests]
+    focus = choose_focus(located, texts, limit - sum(rendered_size(t) for t in chosen))
     shapes = {path: Shape() for path in texts}
     views = {path: render_source(path, text, focus[path]) if path in focus
              else SourceFile(path, text) for path, text in texts.items()}
 
     def excess() -> int:
-        return sum(rendered_size(view) for view in views.values()) - limit
+        return (sum(rendered_size(view) for view in views.values())
+                + sum(rendered_size(test) for test in chosen) - limit)
 
     def largest(paths: Iterable[str]) -> list[str]:
         return sorted(paths, key=lambda path: -rendered_size(views[path]))
@@ -430,35 +612,94 @@ def fit_views(
         focus[path], shapes[path] = tuple(symbols), shape
         views[path] = render_source(path, texts[path], symbols, shape=shape)
 
+    def focused(path: str) -> list[str]:
+        return [item.qualname for item in sorted(located, key=lambda i: i.order)
+                if item.path == path]
+
+    # a short module whose definitions are all found saves little focused, and its whole
+    # text keeps the imports a fix may add to: it is focused last (below)
     for path in largest(path for path in texts if path not in focus):
         if excess() > 0:
-            show(path, [item.qualname for item in sorted(located, key=lambda i: ranks[i.key])
-                        if item.path == path], shapes[path])
+            whole = rendered_size(views[path])
+            lean = render_source(path, texts[path], focused(path), shape=Shape(docs=False))
+            if whole - rendered_size(lean) >= whole // 3:
+                show(path, focused(path), shapes[path])
+    for path in largest(focus):
+        if excess() > 0:
+            show(path, focus[path], replace(shapes[path], docs=False))
+    for position in sorted(range(len(tests)), key=lambda i: -rendered_size(chosen[i])):
+        if excess() > 0:
+            chosen[position] = tests[position][1]
+    for path in largest(path for path in focus if not focus[path]):
+        if excess() > 0:
+            show(path, (), replace(shapes[path], outline=False))
     for part in ({"header": False}, {"constants": False}):
         for path in largest(focus):
             if excess() > 0:
                 show(path, focus[path], replace(shapes[path], **part))
-    scores = {item.key: item.score for item in located}
+    tiers = {item.key: item for item in located}
     yielding = sorted(((path, name) for path in focus for name in focus[path]
-                       if ranks.get((path, name), 2) > 0),
-                      key=lambda key: (-ranks.get(key, 2), scores.get(key, 0.0)))
-    for path, name in yielding:  # the lowest ranked first, wherever it is
+                       if (path, name) not in tiers or tiers[path, name].tier >= TIER_HELPER),
+                      key=lambda key: (-tiers[key].tier, tiers[key].score) if key in tiers
+                      else (-TIER_REST - 1, 0.0))
+    for path, name in yielding:  # the last tier first, the lowest scored first
         if excess() > 0:
             show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
-    for _ in range(len(focus)):
-        over = excess()
-        if over <= 0:
+    for path in largest(path for path in focus if not focus[path]):  # emptied by the above
+        if excess() > 0 and shapes[path].outline:
+            show(path, (), replace(shapes[path], outline=False))
+    for path in largest(path for path in texts if path not in focus):
+        if excess() > 0:
+            show(path, focused(path), shapes[path])
+    for path in largest(focus):  # the outlines of the views that show code, last
+        if excess() > 0 and shapes[path].outline:
+            show(path, focus[path], replace(shapes[path], outline=False))
+    kept = TIER_KERNEL if kernels_last else TIER_FIRST
+
+    def cut() -> None:
+        """The longest definitions cut, their anchors kept, the ``kept`` tier last."""
+        for _ in range(2 * len(focus)):
+            over = excess()
+            if over <= 0:
+                return
+            path = largest(focus)[0]
+            order = sorted(focus[path], key=lambda name: (
+                (tiers[path, name].tier == kept, tiers[path, name].score)
+                if (path, name) in tiers else (False, 0.0)))
+            views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
+                                        shape=shapes[path], order=order,
+                                        anchors=anchors.get(path, ()),
+                                        limit=max(rendered_size(views[path]) - over, 1_000))
+
+    cut()
+    # cut to their heads, tails and anchors, the pinned definitions still do not fit: they
+    # go to the outline one by one (each named there), the ``kept`` tier and the frame that
+    # raised last, the lowest scored first
+    last = sorted(((path, name) for path in focus for name in focus[path]),
+                  key=lambda key: (tiers[key].why == "raised the error" if key in tiers else 0,
+                                   (tiers[key].tier == kept) if key in tiers else 0,
+                                   tiers[key].score if key in tiers else 0.0))
+    for path, name in last[:-1]:
+        if excess() <= 0:
             break
-        path = largest(focus)[0]
-        views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
-                                    shape=shapes[path],
-                                    limit=max(rendered_size(views[path]) - over, 1_000))
-    return focus, views
+        show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
+        cut()
+    return Fitted(dict(focus), views, tuple(chosen))
 
 
-def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int) -> SourceFile:
-    """A test module: whole when short, else the failing tests and what they use."""
-    if len(text) <= limit:
+def fit_views(
+    located: Sequence[Located], texts: Mapping[str, str], limit: int
+) -> tuple[dict[str, tuple[str, ...]], dict[str, SourceFile]]:
+    """:func:`fit` without test sources: the focus per file and the views."""
+    fitted = fit(located, texts, limit)
+    return fitted.focus, fitted.views
+
+
+def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int, *,
+               whole: bool = True) -> SourceFile:
+    """A test module: whole when short (and ``whole``), else the failing tests and the
+    module-level functions and classes they use, cut to ``limit``."""
+    if whole and len(text) <= limit:
         return SourceFile(path, text)
     index = parse_module(text)
     if index.error:
@@ -469,17 +710,32 @@ def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int) -> Sour
         if index.find(name) is not None and name not in wanted:
             wanted.append(name)
     helpers: list[str] = []
-    for name in wanted:
-        definition = index.find(name)
-        for used in () if definition is None else definition.names:
-            helper = index.find(used.split(".")[0])
-            if helper is not None and helper.kind in ("function", "class") and (
-                    helper.qualname not in wanted + helpers):
-                helpers.append(helper.qualname)
-    view = render_source(path, text, wanted + helpers)
-    if len(view.content) > limit:
-        view = render_source(path, text, wanted, limit=limit)
+    frontier = list(wanted)
+    for _ in range(2):  # what the tests use, and what that uses
+        found = []
+        for name in frontier:
+            definition = index.find(name)
+            for used in () if definition is None else definition.names:
+                helper = index.find(used.split(".")[0])
+                if helper is not None and helper.kind in ("function", "class") and (
+                        helper.qualname not in wanted + helpers):
+                    helpers.append(helper.qualname)
+                    found.append(helper.qualname)
+        frontier = found
+    view = render_source(path, text, wanted + helpers, limit=limit, keep=len(wanted))
     return SourceFile(path, text, view.view, view.outline[:10], view.shown)
+
+
+def anchors_of(group: BugGroup, project: Project) -> dict[str, list[int]]:
+    """Per editable file, the lines a cut keeps: the traceback's and the launches'."""
+    anchors: dict[str, list[int]] = {}
+    failure = group.first
+    places = [(frame.path, frame.lineno) for frame in failure.error.frames]
+    places += [(file, line) for launch in failure.launches for file, line, _ in launch.sites]
+    for path, line in places:
+        if project.contains(path) and (rel := project.relative(path)) in group.editable:
+            anchors.setdefault(rel, []).append(line)
+    return anchors
 
 
 def build_context(
@@ -498,18 +754,26 @@ def build_context(
         change = replace(change, diff=redact(change.diff, environ),
                          culprit=redact(change.culprit, environ))
     error_log = redact(error_report(group, project), environ)
-    test_paths = dict.fromkeys(failure.test_path for failure in group.failures if failure.test_path)
-    tests = tuple(
-        _test_view(project.display(path), redact(read_source(Path(path)), environ),
-                   group.nodeids, TESTS_BUDGET // max(1, len(test_paths)))
-        for path in test_paths
-        if os.path.isfile(path)
-    )
+    test_paths = [path for path in dict.fromkeys(
+        failure.test_path for failure in group.failures if failure.test_path)
+        if os.path.isfile(path)]
+    share = max(1, len(test_paths))
+    tests = []
+    for path in test_paths:
+        shown, text = project.display(path), redact(read_source(Path(path)), environ)
+        tests.append((_test_view(shown, text, group.nodeids, TESTS_WHOLE // share),
+                      _test_view(shown, text, group.nodeids, TESTS_BUDGET // share,
+                                 whole=False)))
     texts = {rel: redact(read_source(project.root / rel), environ) for rel in group.editable}
     nodeid_chars = sum(len(nodeid) + 3 for nodeid in group.nodeids[:10])
-    limit = budget - RESERVED - len(error_log) - nodeid_chars - sum(
-        rendered_size(test) for test in tests) - (change.size if change is not None else 0)
-    focus, views = fit_views(group.located, texts, max(limit, 2_000))
+    located_lines = kernel_lines(group.first.error, project, group.editable)
+    said = len(group.first.error.headline) + sum(len(line) + 3 for line in located_lines)
+    limit = budget - RESERVED - len(error_log) - nodeid_chars - said - (
+        change.size if change is not None else 0)
+    python_raised = any(item.why == "raised the error" and not item.jit for item in group.located)
+    fitted = fit(group.located, texts, max(limit, 2_000), tests, anchors_of(group, project),
+                 kernels_last=not (python_raised or expects_raise(group.first)))
+    focus, views = fitted.focus, fitted.views
     editable = list(views.values())
     roots = project.roots
     error = ErrorInfo(
@@ -527,9 +791,8 @@ def build_context(
         error=error,
         error_log=error_log,
         editable=tuple(editable),
-        tests=tests,
-        kernel_lines=tuple(redact(line, environ) for line in
-                           kernel_lines(group.first.error, project, group.editable)),
+        tests=fitted.tests,
+        kernel_lines=tuple(redact(line, environ) for line in located_lines),
         device=device,
         checks=checks,
         focus=focus,

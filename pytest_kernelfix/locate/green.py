@@ -140,6 +140,24 @@ class GreenStore:
                  f"(the store is bounded): {', '.join(missing[:5])}",) if missing else ()
         return Change(f"the last green run of {nodeid} ({when})", tuple(files), notes)
 
+    def differs(self, project: Project, skip: Iterable[Path] = ()) -> bool:
+        """Whether the project's files differ from the newest recorded state (a failure
+        then has a change to bisect); False without a record."""
+        states = self._index()["states"]
+        newest = max((s for s in states.values() if isinstance(s, dict)),
+                     key=lambda s: float(s.get("time", 0.0)), default=None)
+        if newest is None:
+            return False
+        files = dict(newest.get("files", {}))
+        now = set(project_files(project, skip))
+        if now != set(files):
+            return True
+        for rel in now:
+            current = _read(project.root / rel)
+            if current is None or digest(current.encode("utf-8")) != files[rel]:
+                return True
+        return False
+
     # -- writing ---------------------------------------------------------------------
 
     def record(self, project: Project, nodeids: Iterable[str], skip: Iterable[Path] = (),

@@ -23,6 +23,13 @@ from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.locate.branches import Env, constexpr_env
 from pytest_kernelfix.locate.reach import Located, Reach, Seeds, rank_by_words, seeds_of
+from pytest_kernelfix.locate.signals import (
+    check_frames,
+    checks_gradients,
+    expects_raise,
+    involves_gradients,
+    returned_by,
+)
 from pytest_kernelfix.project import Project
 
 #: Files one bug may edit, at most (the closest to the fault first).
@@ -52,26 +59,35 @@ class BugGroup:
         return self.failures[0]
 
 
-def failure_seeds(failure: Failure, *, constexprs: bool = False) -> Seeds:
+def failure_seeds(failure: Failure, *, constexprs: bool = False,
+                  project: Project | None = None) -> Seeds:
     """What the test run recorded about ``failure``, as reach reads it. Without the
     launches' ``constexprs`` (which jit branches they took), every case of a
-    parametrized test that failed the same way has the same seeds."""
+    parametrized test that failed the same way has the same seeds; with the ``project``,
+    whether the check that failed reads gradients."""
+    checks = {frame for frame in check_frames(failure, project)  # an assertion helper
+              if project.is_source(frame.path)} if project is not None else set()
     return seeds_of(
-        [(frame.path, frame.lineno) for frame in failure.error.frames],
+        [(frame.path, frame.lineno) for frame in failure.error.frames if frame not in checks],
         [(launch.file, launch.line, [(f, n, name) for f, n, name in launch.sites])
          for launch in failure.launches],
         failure.test_path,
         failure.nodeid,
         [constexpr_env(launch.constexprs, launch.exact) for launch in failure.launches]
         if constexprs else (),
+        gradients=involves_gradients(failure),
+        expects_raise=expects_raise(failure),
+        gradient_check=project is not None and checks_gradients(failure, project),
+        returned_by=returned_by(failure),
     )
 
 
-def group_seeds(failures: Sequence[Failure]) -> Seeds:
+def group_seeds(failures: Sequence[Failure], project: Project | None = None) -> Seeds:
     """The seeds of one bug: its first failure's, with the constexpr values every
     failure launched the same kernels with, so that a jit function is followed on each
     branch one of its tests took (and only those)."""
-    first, *others = [failure_seeds(failure, constexprs=True) for failure in failures[:64]]
+    first, *others = [failure_seeds(failure, constexprs=True, project=project)
+                      for failure in failures[:64]]
 
     def launched(seeds: Seeds) -> Iterable[tuple[tuple[str, int], Env]]:
         return zip(seeds.kernels, seeds.constexprs or [()] * len(seeds.kernels), strict=True)
@@ -88,13 +104,15 @@ def editable_files(
 ) -> tuple[str, ...]:
     """Project Python files where the fault may be, relative paths, closest first.
 
-    Order: traceback files innermost first (closest to the fault), launched kernels'
-    files, the launch sites' files innermost first, then the files of the definitions
-    reach found, best score first. The project decides which files may be edited at all.
+    Order: the files of the definitions reach found, by tier and score (the frame that
+    raised and the launching functions, the kernels, their helpers), then traceback
+    files innermost first, launched kernels' files, the launch sites' files innermost
+    first. The project decides which files may be edited at all.
     """
     if located is None:
-        located = Reach(project).locate(failure_seeds(failure))
-    candidates = [frame.path for frame in reversed(failure.error.frames)]
+        located = Reach(project).locate(failure_seeds(failure, project=project))
+    candidates = [str(project.root / item.path) for item in located if item.pinned]
+    candidates += [frame.path for frame in reversed(failure.error.frames)]
     candidates += [launch.file for launch in failure.launches]
     candidates += [site[0] for launch in failure.launches for site in launch.sites]
     candidates += [str(project.root / item.path) for item in located]
@@ -145,10 +163,25 @@ def _definition(path: str, line: int, name: str, project: Project, reach: Reach)
 
 
 def _kernel_name(failure: Failure, editable: tuple[str, ...], project: Project) -> str:
-    launched = {launch.name for launch in failure.launches if project.contains(launch.file)}
+    """The kernel the failing check depends on: one that raised; else the last launched
+    from the project function that raised; for a check of gradients the first launched
+    from a ``backward`` (the one every gradient goes through); else the first launched."""
+    ours = [launch for launch in failure.launches if project.contains(launch.file)]
+    launched = {launch.name for launch in ours}
     for frame in reversed(failure.error.frames):
         if frame.name in launched:
             return frame.name
+    raised = next((frame for frame in reversed(failure.error.frames)
+                   if project.is_source(frame.path)), None)
+    if raised is not None:
+        from_there = [launch.name for launch in ours if any(
+            file == raised.path and name == raised.name for file, _, name in launch.sites)]
+        if from_there:
+            return from_there[-1]
+    backward = [launch.name for launch in ours
+                if any(name == "backward" for _, _, name in launch.sites)]
+    if backward and checks_gradients(failure, project):
+        return backward[0]
     for launch in failure.launches:
         if project.contains(launch.file) and project.relative(launch.file) in editable:
             return launch.name
@@ -191,7 +224,7 @@ def group_failures(
     shared: list[set[tuple[str, str]]] = []  # per failure: definitions it may share
     helpers = _Helpers(project, reach, passed)
     for failure in failures:
-        seeds = failure_seeds(failure)  # equal seeds: the same files and definitions
+        seeds = failure_seeds(failure, project=project)  # equal seeds: same definitions
         if seeds not in by_seeds:
             located = reach.locate(seeds)
             by_seeds[seeds] = (editable_files(failure, project, located), located)
@@ -212,7 +245,7 @@ def group_failures(
         lead_key = min(parts)
         lead = parts[lead_key]
         members = [*lead, *(failures[i] for i in indices if keys[i] != lead_key)]
-        located = reach.locate(group_seeds(lead))
+        located = reach.locate(group_seeds(lead, project))
         editable = editable_files(lead[0], project, located)
         if len(parts) > 1:
             common = set.intersection(*(shared[i] for i in indices))
@@ -275,8 +308,11 @@ class _Helpers:
         tuple[tuple[str, str], ...]
     ):
         """The failure's suspect helpers: none when its error was raised in project code
-        (that definition is its fault) or it launched no project kernel."""
-        if not fault or _raised(failure, self.reach):
+        (that definition is its fault) or it launched no project kernel, and none when no
+        passing test launched a project kernel: without a launch that worked there is no
+        contrast (``--lf``, a suite where everything fails), and joining independent bugs
+        on a guess costs a heal, while keeping one cause apart costs a re-verification."""
+        if not fault or _raised(failure, self.reach) or not self.contrast():
             return ()
         found = [key for key in _helpers(located, failure.launches, self.project, self.reach)
                  if key not in fault]
@@ -284,6 +320,11 @@ class _Helpers:
             return ()
         exercised = self.exercised()
         return tuple(key for key in found if key not in exercised)
+
+    def contrast(self) -> bool:
+        """Whether a passing test launched a kernel of the project's own."""
+        return any(launch.file and self.reach.readable(launch.file)
+                   for test in self.passed for launch in test.launches)
 
     def exercised(self) -> set[tuple[str, str]]:
         """The helpers the launches of passing tests reach (worked out once)."""

@@ -65,8 +65,10 @@ class Definition:
     those it calls, ``launches`` the kernels it launches with ``kernel[grid](...)``,
     ``feeds`` the calls whose results reach such a launch (grid, block sizes, dtypes,
     strides, output tensors) and ``sizes`` those of them that size it (grid, block
-    sizes, warps). A jit function's ``branching`` says which of its uses each
-    constexpr value leads to.
+    sizes, warps, the shapes of the buffers it is passed). A jit function's
+    ``branching`` says which of its uses each constexpr value leads to. ``doc`` is the
+    line span of a function's or class's docstring ((0, 0) when it has none), which a
+    view may leave out under its budget; ``bases`` are a class's base classes.
     """
 
     qualname: str
@@ -82,6 +84,8 @@ class Definition:
     launches: tuple[str, ...] = ()
     feeds: tuple[str, ...] = ()
     sizes: tuple[str, ...] = ()
+    doc: tuple[int, int] = (0, 0)
+    bases: tuple[str, ...] = ()
     source: str = ""  # a jit function's text, read for its branching when reach needs it
 
     @property
@@ -207,6 +211,30 @@ def _size_inputs(call: ast.Call) -> list[ast.AST]:
     return inputs + [a for a in call.args if isinstance(a, ast.Name) and a.id.isupper()]
 
 
+#: Calls that allocate a buffer of the shape their arguments give (``torch.empty((n, m))``,
+#: ``x.new_zeros(sm_count, n)``); ``*_like`` takes its shape from a tensor, not a size.
+ALLOCATIONS = frozenset({"empty", "zeros", "ones", "full", "new_empty", "new_zeros",
+                         "new_ones", "new_full", "empty_strided"})
+
+
+def _buffer_shapes(call: ast.Call, assignments: list[tuple[set[str], list[ast.AST]]]) -> (
+    list[ast.AST]
+):
+    """The shapes of the buffers a launch is passed by name: the arguments of the
+    allocation that binds each (a per-program partial-gradient buffer sized
+    ``(sm_count, n_cols)`` sizes the launch as much as its grid)."""
+    passed = {a.id for a in [*call.args, *(k.value for k in call.keywords)]
+              if isinstance(a, ast.Name)}
+    shapes: list[ast.AST] = []
+    for targets, values in assignments:
+        if not targets & passed:
+            continue
+        for value in values:
+            if isinstance(value, ast.Call) and _called(value).rpartition(".")[2] in ALLOCATIONS:
+                shapes += [*value.args, *(k.value for k in value.keywords if k.arg == "size")]
+    return shapes
+
+
 def _calls_feeding(inputs: list[ast.AST], assignments: list[tuple[set[str], list[ast.AST]]]) -> (
     list[str]
 ):
@@ -242,7 +270,8 @@ def _launch_flow(launches: list[ast.Call], assignments: list[tuple[set[str], lis
     kernels = [_called(call) for call in launches]
     everything = [i for c in launches
                   for i in [c.func.slice, *c.args, *(k.value for k in c.keywords)]]  # type: ignore[attr-defined]
-    sizing = [i for call in launches for i in _size_inputs(call)]
+    sizing = [i for call in launches
+              for i in [*_size_inputs(call), *_buffer_shapes(call, assignments)]]
 
     def project(calls: list[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c for c in calls if c and c not in kernels))
@@ -317,6 +346,15 @@ def index_source(source: str) -> Branching | None:
     return index_branching(node)
 
 
+def _docstring(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> tuple[int, int]:
+    """The line span of the docstring of ``node``, or (0, 0)."""
+    first = node.body[0] if node.body else None
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return first.lineno, first.end_lineno or first.lineno
+    return 0, 0
+
+
 def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind: str,
               start: int, lines: list[str]) -> Definition:
     """One walk over the function collects its names, calls, launches and bindings."""
@@ -350,7 +388,7 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind:
         line=node.lineno, header=header, jit=jit,
         names=tuple(dict.fromkeys(names)),
         calls=tuple(dict.fromkeys(c for c in calls if c)),
-        launches=launched, feeds=feeds, sizes=sizes,
+        launches=launched, feeds=feeds, sizes=sizes, doc=_docstring(node),
         source="\n".join(lines[start - 1:node.end_lineno or node.lineno]) if jit else "",
     )
 
@@ -401,6 +439,7 @@ def parse_module(text: str) -> ModuleIndex:
             definitions.append(Definition(
                 node.name, "class", _start(node), node.end_lineno or node.lineno, node.lineno,
                 header, names=tuple(dict.fromkeys(_loads([*node.bases, *node.decorator_list]))),
+                doc=_docstring(node), bases=tuple(dotted(base) for base in node.bases),
             ))
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -14,7 +14,8 @@ own imports (module attributes, ``from x import y``, aliases, relative imports,
   ``triton.Config`` lists they read.
 
 Every definition found is scored (how close to the fault it is: the kernel and the
-innermost frames first) and the list is bounded. When nothing is found, the search
+innermost frames first) and put in a *tier* (what a prompt shows first, and cuts last:
+:data:`TIER_FIRST` to :data:`TIER_REST`), and the list is bounded. When nothing is found, the search
 widens level by level (AutoCodeRover's bug-location fallback): the functions the test
 calls, then a text search of the project. The same search answers a model's ``need``
 (``"ops/act.py:silu"``, ``"search: BLOCK_SIZE_N"``). Never tests, conftests or
@@ -44,24 +45,37 @@ MAX_SCAN_BYTES = 1024 * 1024
 #: Distinct sets of constexpr values a jit function is followed with; past that, all
 #: its branches are.
 MAX_ENVS = 8
-#: Score added to a definition the failing tests' ids name (``test_act[silu-float32]``).
+#: Score added to a definition the failing tests' ids name (``test_act[silu-float32]``),
+#: by a word that names at most MAX_NAMED of those found.
 WORD_BONUS = 6.0
+MAX_NAMED = 3
 _PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages",
                           "dist-packages"})
 
 
+#: Tiers, lowest shown first and cut last. FIRST: the frame that raised and the functions
+#: that launch the kernels (for a gradient failure the autograd Function's ``forward`` and
+#: ``backward``, for a test that expects an exception every project frame on the launch
+#: stack); KERNEL: the launched kernels; HELPER: their jit helpers and what sizes the
+#: launches (grid, block sizes, warps, buffer shapes); REST: everything else, shown while
+#: it fits.
+TIER_FIRST, TIER_KERNEL, TIER_HELPER, TIER_REST = 0, 1, 2, 3
+#: Score taken from a kernel a wrapper's code launches but the test run did not (a
+#: branch that never ran): below the wrapper itself.
+NOT_LAUNCHED_PENALTY = 30.0
+
 #: Records a found definition: (file, definition, score, why, depth, constexpr values a
-#: jit function runs with (None: those the launches reach it with), pinned).
-_Add = Callable[[str, Definition, float, str, int, "Env | None", bool], None]
+#: jit function runs with (None: those the launches reach it with), tier).
+_Add = Callable[[str, Definition, float, str, int, "Env | None", int], None]
 
 
 @dataclass(frozen=True)
 class Located:
     """A definition that may hold the fault: ``path`` is rootdir-relative.
 
-    ``pinned`` definitions are shown in full whatever their score: the function that
-    launched a kernel and the project functions it calls to size the launch (grid,
-    block sizes, warps).
+    ``tier`` says how firmly a prompt shows it (:data:`TIER_FIRST` first and cut last);
+    within a tier, ``score`` orders. The definitions of every tier but
+    :data:`TIER_REST` are *pinned*: shown in full before anything of lower tier.
     """
 
     path: str
@@ -69,11 +83,20 @@ class Located:
     score: float
     why: str
     jit: bool = False
-    pinned: bool = False
+    tier: int = TIER_REST
 
     @property
     def key(self) -> tuple[str, str]:
         return self.path, self.qualname
+
+    @property
+    def pinned(self) -> bool:
+        return self.tier < TIER_REST
+
+    @property
+    def order(self) -> tuple[int, float, str, str]:
+        """How a list of them is sorted: by tier, then best score first."""
+        return self.tier, -self.score, self.path, self.qualname
 
 
 @dataclass(frozen=True)
@@ -84,7 +107,16 @@ class Seeds:
     each was launched with, in the same order (absent or empty: unknown); ``sites``:
     each launch's project frames (file, line, function), innermost first; ``frames``:
     traceback frames (file, line), outermost first; ``test``: the test file and the
-    test's qualified name (``TestClass.test_x``), for the fallback.
+    test's qualified name (``TestClass.test_x``), for the fallback. ``gradients``: the
+    failure involves gradients (the autograd Functions on the way are shown whole);
+    ``gradient_check``: the check that failed reads gradients (or autograd raised);
+    ``backward_kernels``: the kernels launched from a ``backward`` (ranked above the
+    forward's for a gradient check, below for another check);
+    ``expects_raise``: the test expected an exception that did not come (every project
+    frame on the launch stack may be where the check is missing); ``returned_by``: the
+    autograd Function whose ``backward`` returned what the engine rejected (too few
+    gradients, one of a wrong shape): that ``backward`` is where the error was raised,
+    though no frame of it is in the traceback.
     """
 
     kernels: tuple[tuple[str, int], ...] = ()
@@ -93,6 +125,11 @@ class Seeds:
     test_path: str = ""
     test_name: str = ""
     constexprs: tuple[Env, ...] = ()
+    gradients: bool = False
+    expects_raise: bool = False
+    gradient_check: bool = False
+    backward_kernels: tuple[tuple[str, int], ...] = ()
+    returned_by: str = ""
 
 
 def high_group(scores: Sequence[float]) -> int:
@@ -258,13 +295,13 @@ class Reach:
                 for item in self.search_text(word, jit_only=True):
                     hits.setdefault(item.key, item)
             found = hits
-        ranked = sorted(found.values(), key=lambda item: (-item.score, item.path, item.qualname))
+        ranked = sorted(found.values(), key=lambda item: item.order)
         return tuple(ranked[:limit])
 
     def _from_records(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
         found: dict[tuple[str, str], Located] = {}
-        best: dict[tuple[str, str, Env, bool], float] = {}
-        queue: list[tuple[float, int, str, str, int, Env, bool]] = []
+        best: dict[tuple[str, str, Env, int], float] = {}
+        queue: list[tuple[float, int, str, str, int, Env, int]] = []
         counter = 0
 
         def at(path: str, line: int) -> Definition | None:
@@ -274,8 +311,11 @@ class Reach:
             return None if index is None else index.at(line)
 
         kernels = []
+        backward: set[tuple[str, str]] = set()
         for position, (file, line) in enumerate(seeds.kernels):
             definition = at(file, line)
+            if definition is not None and (file, line) in seeds.backward_kernels:
+                backward.add((file, definition.qualname))
             if definition is not None:
                 values = seeds.constexprs[position] if position < len(seeds.constexprs) else ()
                 branching = definition.branching
@@ -284,15 +324,15 @@ class Reach:
         launched = self._launch_envs(kernels)
 
         def add(path: str, definition: Definition, score: float, why: str, depth: int,
-                env: Env | None = None, pinned: bool = False) -> None:
+                env: Env | None = None, tier: int = TIER_REST) -> None:
             nonlocal counter
             key = (self.project.relative(path), definition.qualname)
             known = found.get(key)
             if known is None or score > known.score:
                 found[key] = Located(*key, score, why, definition.jit,
-                                     pinned or (known is not None and known.pinned))
-            elif pinned and not known.pinned:
-                found[key] = replace(known, pinned=True)
+                                     tier if known is None else min(tier, known.tier))
+            elif tier < known.tier:
+                found[key] = replace(known, tier=tier)
             if not definition.jit:
                 envs: Sequence[Env] = [()]
             elif env is not None:
@@ -300,41 +340,100 @@ class Reach:
             else:  # jit code entered from outside runs only as the launches ran it
                 envs = launched.get(key, [()])
             for values in envs:
-                visit = (*key, values, pinned)
+                visit = (*key, values, tier)
                 if best.get(visit, -math.inf) >= score:
                     continue
                 best[visit] = score
                 counter += 1
                 heapq.heappush(queue, (-score, counter, path, definition.qualname, depth,
-                                       values, pinned))
+                                       values, tier))
 
         for file, definition, values in kernels:
-            add(file, definition, 100.0, "launched kernel", 0, values)
+            from_backward = (file, definition.qualname) in backward
+            second = from_backward != seeds.gradient_check and seeds.gradients
+            add(file, definition, 99.0 if second else 100.0, "launched kernel", 0, values,
+                TIER_KERNEL)
         project_frames = [(f, n) for f, n in seeds.frames if self.readable(f)]
         for rank, (file, line) in enumerate(reversed(project_frames)):
             definition = at(file, line)
             if definition is not None:
-                add(file, definition, max(60.0, 98.0 - 4 * rank), "in the traceback", 0)
+                add(file, definition, max(60.0, 98.0 - 4 * rank),
+                    "raised the error" if rank == 0 else "in the traceback", 0, None,
+                    TIER_FIRST if rank == 0 else TIER_REST)
         for chain in seeds.sites:
             rank = 0
-            for file, line, _ in chain:
+            for file, line, name in chain:
                 definition = at(file, line)
                 if definition is None:
                     continue
+                # a closure (a decorator's wrapper) passes the call on: not where it is made
+                first = rank == 0 or (seeds.expects_raise and name == definition.name)
                 add(file, definition, max(55.0, 95.0 - 6 * rank),
                     "launches the kernel" if rank == 0 else "on the stack at the launch", 0,
-                    pinned=rank == 0)
+                    None, TIER_FIRST if first else TIER_REST)
                 rank += 1
+        if seeds.gradients:
+            self._add_autograd(seeds, at, add)
+        ran = frozenset((self.project.relative(file), definition.qualname)
+                        for file, definition, _ in kernels)
         while queue and len(found) < 4 * MAX_LOCATED:
-            negative, _, path, qualname, depth, values, pinned = heapq.heappop(queue)
+            negative, _, path, qualname, depth, values, tier = heapq.heappop(queue)
             score = -negative
-            if best.get((self.project.relative(path), qualname, values, pinned), score) > score:
+            if best.get((self.project.relative(path), qualname, values, tier), score) > score:
                 continue  # superseded by a better path to the same visit
             index = self.module(path)
             definition = None if index is None else index.find(qualname)
             if definition is not None:
-                self._expand(path, definition, score, depth, values, pinned, add)
+                self._expand(path, definition, score, depth, values, tier, add, ran)
         return found
+
+    def _add_autograd(self, seeds: Seeds, at: Callable[[str, int], Definition | None],
+                      add: _Add) -> None:
+        """For a failure that involves gradients: the ``forward`` and ``backward`` of each
+        ``torch.autograd.Function`` a launch or the traceback went through, and the
+        project functions they call that launch kernels, in the first tier; ``backward``
+        among the helpers when it never ran (no launch or frame in it) and the check that
+        failed reads no gradient (a forward failure of a test that goes on to gradients).
+        When a gradient check failed, the project frames of a launch made outside any
+        autograd Function are first too: its output carries no gradient, unless
+        something on the way gives it one."""
+        places = [(file, line) for chain in seeds.sites for file, line, _ in chain]
+        places += list(seeds.frames)
+        ran = seeds.gradient_check or any(
+            name == "backward" for chain in seeds.sites for _, _, name in chain) or any(
+            (found := at(file, line)) is not None and found.name == "backward"
+            for file, line in seeds.frames)
+        seen: set[tuple[str, str]] = set()
+        if seeds.gradient_check:
+            for chain in seeds.sites:
+                defined = [(file, found) for file, line, name in chain
+                           if (found := at(file, line)) is not None and found.name == name]
+                if not any(autograd_methods(self.module(file), d.qualname.partition(".")[0])
+                           for file, d in defined if d.kind == "method"):
+                    for file, outside in defined:
+                        add(file, outside, 97.0, "launches outside any autograd Function "
+                            "(no gradient flows back through its output)", 0, None, TIER_FIRST)
+        for file, line in places:
+            definition = at(file, line)
+            if definition is None or definition.kind != "method":
+                continue
+            owner = definition.qualname.partition(".")[0]
+            if (file, owner) in seen:
+                continue
+            seen.add((file, owner))
+            for method in autograd_methods(self.module(file), owner):
+                tier = TIER_FIRST if ran or method.name != "backward" else TIER_HELPER
+                if method.name == "backward" and owner == seeds.returned_by:
+                    add(file, method, 98.0, "raised the error", 0, None, TIER_FIRST)
+                    continue
+                add(file, method, 92.0, f"{method.name} of the autograd Function {owner}", 0,
+                    None, tier)
+                for callee in method.calls:
+                    target = self.resolve(file, callee)
+                    if target is not None and target[1].launches and target[1].kind in (
+                            "function", "method"):
+                        add(*target, 90.0, f"launches kernels for {method.qualname}", 1,
+                            None, tier)
 
     def _jit_callees(self, path: str, definition: Definition, env: Env) -> (
         Iterator[tuple[str, Definition, Env]]
@@ -376,17 +475,21 @@ class Reach:
         return reached
 
     def _expand(self, path: str, definition: Definition, score: float, depth: int,
-                env: Env, pinned: bool, add: _Add) -> None:
+                env: Env, tier: int, add: _Add, ran: frozenset[tuple[str, str]] = frozenset()
+                ) -> None:
         """Queue what ``definition`` reaches: jit callees on the branches ``env`` takes,
-        feeding calls (those sizing the launch pinned with the launching function),
+        the kernels it launches (those the test run did not launch, when ``ran`` says
+        which it did, rank low), feeding
+        calls (those sizing the launch of a function in the first tier are helpers),
         constants."""
         name = definition.qualname
         names = definition.names
+        helper = TIER_HELPER if tier <= TIER_HELPER else TIER_REST
         if definition.jit and definition.branching is not None:
             if depth >= MAX_JIT_DEPTH:
                 return
-            for file, helper, values in self._jit_callees(path, definition, env):
-                add(file, helper, score - 4, f"called by {name}", depth + 1, values, False)
+            for file, jitted, values in self._jit_callees(path, definition, env):
+                add(file, jitted, score - 4, f"called by {name}", depth + 1, values, helper)
             called = definition.branching.called
             names = tuple(dict.fromkeys(use.name for use in definition.branching.uses
                                         if not use.call and use.name not in called
@@ -394,23 +497,31 @@ class Reach:
         elif definition.kind in ("function", "method"):
             for kernel in definition.launches:
                 target = self.resolve(path, kernel)
-                if target is not None and target[1].jit:
-                    add(*target, score - 2, f"launched by {name}", depth, None, False)
+                if target is None or not target[1].jit:
+                    continue
+                key = (self.project.relative(target[0]), target[1].qualname)
+                if not ran or key in ran:
+                    add(*target, score - 2, f"launched by {name}", depth, None,
+                        TIER_KERNEL if key in ran else TIER_REST)
+                else:  # a branch of the wrapper the test run did not take
+                    add(*target, score - NOT_LAUNCHED_PENALTY,
+                        f"launched by {name} (not in this test run)", depth, None, TIER_REST)
             if depth < MAX_PYTHON_DEPTH:
                 for callee in definition.feeds:
                     target = self.resolve(path, callee)
                     if target is None or target[1].kind not in ("function", "method"):
                         continue
-                    sizes = pinned and callee in definition.sizes
+                    sizes = tier == TIER_FIRST and callee in definition.sizes
                     add(*target, score - 8, f"{'sizes' if sizes else 'computes'} launch "
-                        f"arguments for {name}", depth + 1, None, sizes)
+                        f"arguments for {name}", depth + 1, None,
+                        TIER_HELPER if sizes else TIER_REST)
                 for callee in definition.calls:
                     if callee in definition.feeds or callee in definition.launches:
                         continue
                     target = self.resolve(path, callee)
                     if target is not None and target[1].kind in ("function", "method"):
                         add(*target, score - 30, f"called by {name}", MAX_PYTHON_DEPTH,
-                            None, False)
+                            None, TIER_REST)
         for used in names:
             if used in definition.calls:
                 continue
@@ -419,34 +530,41 @@ class Reach:
                 continue
             kind = target[1].kind
             if kind == "constant":
-                add(*target, score - 3, f"read by {name}", MAX_PYTHON_DEPTH, None, False)
+                add(*target, score - 3, f"read by {name}", MAX_PYTHON_DEPTH, None, TIER_REST)
             elif target[1].jit and definition.jit:  # a helper passed as a constexpr
-                add(*target, score - 4, f"used by {name}", depth + 1, None, False)
+                add(*target, score - 4, f"used by {name}", depth + 1, None, helper)
 
     def _from_test(self, seeds: Seeds) -> dict[tuple[str, str], Located]:
-        """Level 2: the project functions the test calls, and what they launch."""
+        """Level 2: the project functions the test calls, and what they launch: each
+        function the test calls, a class's methods (``Function.apply(...)`` runs them),
+        and what an alias names (``l2_warp = L2Wrap.apply``)."""
         index = self.module(seeds.test_path)
         test = None if index is None else index.find(seeds.test_name)
         if index is None or test is None:
             return {}
-        seeds_of_test: list[tuple[str, int, str]] = []
+        chains: list[tuple[tuple[str, int, str], ...]] = []
         for callee in test.calls:
             target = self.resolve(seeds.test_path, callee)
+            if target is not None and target[1].kind == "constant":  # an alias
+                target = next((aliased for name in target[1].names
+                               if (aliased := self.resolve(target[0], name)) is not None), None)
             if target is None:
                 continue
             file, definition = target
             if definition.kind in ("function", "method"):
-                seeds_of_test.append((file, definition.line, definition.qualname))
+                chains.append(((file, definition.line, definition.qualname),))
             elif definition.kind == "class":  # Function.apply(...): its methods run
                 methods = self.module(file)
-                for member in () if methods is None else methods.definitions:
-                    if member.qualname.startswith(definition.qualname + "."):
-                        seeds_of_test.append((file, member.line, member.qualname))
-        if not seeds_of_test:
+                chains.append(tuple(
+                    (file, member.line, member.qualname)
+                    for member in (() if methods is None else methods.definitions)
+                    if member.qualname.startswith(definition.qualname + ".")))
+        chains = [chain for chain in chains if chain]
+        if not chains:
             return {}
-        found = self._from_records(Seeds(sites=(tuple(seeds_of_test),)))
-        return {key: Located(item.path, item.qualname, item.score - 25,
-                             f"called by the test ({item.why})", item.jit)
+        found = self._from_records(Seeds(sites=tuple(chains), gradients=seeds.gradients,
+                                         gradient_check=seeds.gradient_check))
+        return {key: replace(item, score=item.score - 25, why=f"called by the test ({item.why})")
                 for key, item in found.items()}
 
     # -- search -------------------------------------------------------------------------
@@ -519,24 +637,45 @@ class Reach:
         return tuple(scored[: high_group([item.score for item in scored])])
 
 
+def autograd_methods(index: ModuleIndex | None, owner: str) -> tuple[Definition, ...]:
+    """The ``forward`` and ``backward`` of class ``owner`` when it is an autograd Function:
+    a subclass of ``Function`` (``torch.autograd.Function``), or a class that defines
+    both."""
+    cls = None if index is None else index.find(owner)
+    if index is None or cls is None or cls.kind != "class":
+        return ()
+    methods = tuple(method for name in ("forward", "backward")
+                    if (method := index.find(f"{owner}.{name}")) is not None)
+    function = any(base.rpartition(".")[2] == "Function" for base in cls.bases)
+    return methods if function or len(methods) == 2 else ()
+
+
 def seeds_of(
     frames: Iterable[tuple[str, int]],
     launches: Iterable[tuple[str, int, Sequence[tuple[str, int, str]]]],
     test_path: str = "",
     nodeid: str = "",
     constexprs: Sequence[Env] = (),
+    *,
+    gradients: bool = False,
+    expects_raise: bool = False,
+    gradient_check: bool = False,
+    returned_by: str = "",
 ) -> Seeds:
     """:class:`Seeds` from traceback frames and (kernel file, def line, sites) triples;
     ``constexprs``, when given, are the launches' values in the same order."""
-    kernels, values, sites = [], [], []
+    kernels, values, sites, backward = [], [], [], []
     for position, (file, line, launch_sites) in enumerate(launches):
         if file:
             kernels.append((file, line))
             values.append(constexprs[position] if position < len(constexprs) else ())
+            if any(name == "backward" for _, _, name in launch_sites):
+                backward.append((file, line))
         if launch_sites:
             sites.append(tuple(launch_sites))
     return Seeds(tuple(kernels), tuple(sites), tuple(frames), test_path, nodeid_qualname(nodeid),
-                 tuple(values) if any(values) else ())
+                 tuple(values) if any(values) else (), gradients, expects_raise, gradient_check,
+                 tuple(backward), returned_by)
 
 
 def id_words(nodeid: str) -> set[str]:
@@ -560,10 +699,15 @@ def _named(word: str, qualname: str) -> bool:
 
 def rank_by_words(located: Sequence[Located], nodeids: Sequence[str]) -> tuple[Located, ...]:
     """``located`` with the definitions the failing tests' ids name ranked up by
-    WORD_BONUS, never to the top score (the launched kernels keep it)."""
+    WORD_BONUS, never to the top score (the launched kernels keep it). A word that names
+    more than MAX_NAMED of them (``chunk`` of ``test_x[chunk-...]`` in a library of
+    ``chunk_*`` functions) tells them apart no more than it ranks them: it counts for
+    none."""
     if not located:
         return ()
     words = set().union(*(id_words(nodeid) for nodeid in nodeids[:64]))
+    words = {word for word in words
+             if sum(_named(word, item.qualname) for item in located) <= MAX_NAMED}
     top = max(item.score for item in located)
     ranked = []
     for item in located:
@@ -571,7 +715,7 @@ def rank_by_words(located: Sequence[Located], nodeids: Sequence[str]) -> tuple[L
             item = replace(item, score=min(item.score + WORD_BONUS, top - 0.5),
                            why=f"{item.why}; named by the test id")
         ranked.append(item)
-    ranked.sort(key=lambda item: (-item.score, item.path, item.qualname))
+    ranked.sort(key=lambda item: item.order)
     return tuple(ranked)
 
 

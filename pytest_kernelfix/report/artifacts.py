@@ -94,6 +94,8 @@ class SessionReport:
     #: Failing tests ``select`` (``kernelfix_select``) left out, with the reason.
     unselected: tuple[Unselected, ...] = ()
     select: tuple[str, ...] = ("kernel",)
+    #: How much healing overlapped the test run (None: it began after the run).
+    overlap: Overlapped | None = None
     #: A Ctrl-C or SIGTERM stopped the session early (a note says which, and what it left).
     interrupted: bool = False
 
@@ -108,6 +110,13 @@ class SessionReport:
         return sum(1 for bug in self.bugs if bug.result.status == status)
 
 
+@dataclass(frozen=True)
+class Overlapped:
+    """How much healing overlapped the test run: ``bugs`` whose heal began while it
+    ran, and the seconds healing went on after its last test."""
+
+    bugs: int
+    after_tests: float
 def healers(bug: BugReport, report: SessionReport) -> tuple[BugReport, ...]:
     """The bugs whose patches heal ``bug`` (``healed_by``), in the order they apply."""
     names = [name.strip() for name in bug.result.healed_by.split(",") if name.strip()]
@@ -310,6 +319,7 @@ def reruns_json(stats: RerunStats) -> dict[str, Any]:
         "fallbacks": list(stats.fallbacks),
         "cache_hits": stats.cache_hits,
         "cache_lookups": stats.cache_lookups,
+        "children": stats.children,
     }
 
 
@@ -346,6 +356,9 @@ def session_json(report: SessionReport) -> dict[str, Any]:
         "unselected": unselected_json(report.unselected, report.select),
         "reruns": {**reruns_json(report.reruns), "workers": report.workers},
         "bugs": [bug_json(bug, save_prompts=report.save_prompts) for bug in report.bugs],
+        **({"overlap": {"bugs": report.overlap.bugs,
+                        "after_tests": round(report.overlap.after_tests, 3)}}
+           if report.overlap is not None else {}),
     }
 
 
@@ -509,14 +522,17 @@ def reruns_line(report: SessionReport) -> str:
     stats = report.reruns
     summed = (f" ({stats.seconds:.1f} s of reruns added up, as some ran at the same time)"
               if stats.seconds - stats.wall >= 0.05 else "")
-    text = (f"Sandbox reruns: {stats.count} ({stats.mode}), {stats.wall:.1f} s{summed}, "
-            f"{report.workers} worker(s)")
+    text = (f"Sandbox reruns: {stats.count} ({stats.mode}) in {stats.children} child "
+            f"process(es), {stats.wall:.1f} s{summed}, {report.workers} worker(s)")
     if stats.cache_lookups:
         text += (f"; compile cache: {stats.cache_hits} of {stats.cache_lookups} "
                  "kernel compile(s) reused")
     text += "."
     if stats.fallbacks:
         text += " Not forked: " + "; ".join(stats.fallbacks)
+    if report.overlap is not None and report.overlap.bugs:
+        text += (f" Healing began while the tests ran for {report.overlap.bugs} bug(s) and "
+                 f"went on {report.overlap.after_tests:.1f} s after the last test.")
     return text
 
 

@@ -44,7 +44,7 @@ def select_hint(unselected: Sequence[Unselected], select: Sequence[str],
         chosen = ",".join((*select, "launched"))
         ways.append(f"{code('--kernelfix-select ' + chosen)} (or "
                     f"{code('kernelfix_select = ' + chosen)} in the ini file; {launched} of "
-                    "them launched a Triton kernel of the project)")
+                    "them reached a Triton kernel of the project)")
     glob = unselected[0].nodeid.split("::")[0] + "::*"
     with_glob = "--kernelfix-select '" + ",".join((*select, glob)) + "'"
     ways.append(f"a nodeid glob, as in {code(with_glob)}")

@@ -17,6 +17,7 @@ the result says which. :func:`run_tests` runs one rerun: its tests split across 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shlex
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
@@ -56,6 +57,9 @@ from pytest_kernelfix.rerun.split import (
     stops_early,
 )
 
+if TYPE_CHECKING:
+    from pytest_kernelfix.rerun.phased import PhasedChild
+
 #: How much of the child's merged stdout/stderr a result keeps (of all its children's).
 OUTPUT_TAIL = 8 * 1024
 #: Seconds between two calls of a rerun's progress callback (none for a shorter rerun).
@@ -79,7 +83,10 @@ class RerunSetup:
     ``env`` is added to the child's environment; ``mode`` is how children start: forked
     from the warm server where it is safe (``auto``), forked wherever fork exists
     (``fork``), or a fresh interpreter each time (``subprocess``); ``jobs`` is how many
-    children one rerun may split its tests across (``timeout`` holds for each child).
+    children one rerun may split its tests across (``timeout`` holds for each child);
+    ``nice`` lowers the children's priority by that much (reruns made while the tests
+    still run take only the cores the test run leaves); ``base_env`` is the environment
+    children start from (the session's when the setup was made; None: the current one).
     """
 
     original_root: Path
@@ -91,6 +98,8 @@ class RerunSetup:
     env: Mapping[str, str] = field(default_factory=dict)
     mode: str = "auto"
     jobs: int = 1
+    nice: int = 0
+    base_env: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,10 @@ _DROPPED_ENV_PREFIXES = ("PYTEST_XDIST_", "COV_CORE_")
 
 
 def child_env(base: Mapping[str, str], setup: RerunSetup, plan_file: Path) -> dict[str, str]:
-    """The parent's environment without what would reconfigure or leak out of the child."""
+    """The parent's environment (``setup.base_env`` when the setup fixed one) without what
+    would reconfigure or leak out of the child."""
+    if setup.base_env is not None:
+        base = setup.base_env
     env = {
         key: value
         for key, value in base.items()
@@ -345,11 +357,12 @@ def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Pa
     if server is not None:
         try:
             return "fork", "", server.run(command[3:], cwd=cwd, env=env, log=log,
-                                          timeout=spec.setup.timeout, stop=stop)
+                                          timeout=spec.setup.timeout, stop=stop,
+                                          nice=spec.setup.nice)
         except ForkUnavailable as error:
             why = str(error)
     ended = _run_group(command, cwd=cwd, env=env, timeout=spec.setup.timeout, log=log,
-                       stop=stop)
+                       stop=stop, nice=spec.setup.nice)
     return "subprocess", "" if spec.setup.mode == "subprocess" else why, ended
 
 
@@ -381,6 +394,17 @@ class Reruns:
     def __call__(self, spec: RerunSpec) -> RerunResult:
         return run_tests(spec, python=self.python, pool=self.pool)
 
+    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
+             ) -> PhasedChild | None:
+        """A child that collects ``nodeids`` once and runs phases on request
+        (:mod:`pytest_kernelfix.rerun.phased`); None where reruns do not fork (its phases
+        fork from it), so each phase is a one-shot rerun."""
+        if unavailable_reason(setup.mode):
+            return None
+        from pytest_kernelfix.rerun.phased import PhasedChild
+
+        return PhasedChild(setup, sandbox_root, nodeids, python=self.python, pool=self.pool)
+
     def prestart(self, setup: RerunSetup) -> None:
         """Start the server for ``setup`` now (one that cannot start is found again, and
         reported, by the first rerun)."""
@@ -399,7 +423,8 @@ class Reruns:
 
 @dataclass(frozen=True)
 class RerunStats:
-    """What a bug's (or a session's) reruns cost and how they ran.
+    """What a bug's (or a session's) reruns cost and how they ran: ``count`` reruns
+    (phases of a phased child each count), ``children`` the processes they started.
 
     ``seconds`` sums every rerun's own time; ``spans`` are the (start, end) monotonic
     times of the reruns that were timed by their caller, so :attr:`wall` counts reruns
@@ -413,6 +438,7 @@ class RerunStats:
     cache_hits: int = 0
     cache_lookups: int = 0
     spans: tuple[tuple[float, float], ...] = ()
+    children: int = 0
 
     @property
     def wall(self) -> float:
@@ -439,19 +465,20 @@ class RerunStats:
         hits, lookups = result.compile_cache
         return self + RerunStats(1, result.seconds, int(result.mode == "fork"),
                                  (result.fallback,) if result.fallback else (), hits, lookups,
-                                 (span,) if span is not None else ())
+                                 (span,) if span is not None else (), result.started)
 
     def __add__(self, other: RerunStats) -> RerunStats:
         fallbacks = self.fallbacks + tuple(f for f in other.fallbacks if f not in self.fallbacks)
         return RerunStats(self.count + other.count, self.seconds + other.seconds,
                           self.forked + other.forked, fallbacks,
                           self.cache_hits + other.cache_hits,
-                          self.cache_lookups + other.cache_lookups, self.spans + other.spans)
+                          self.cache_lookups + other.cache_lookups, self.spans + other.spans,
+                          self.children + other.children)
 
 
 def _run_group(
     command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, nice: int = 0,
 ) -> ForkResult:
     """Run in a new session until it exits, times out or ``stop`` is set; then (in any
     case) kill the group.
@@ -469,6 +496,10 @@ def _run_group(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    if nice:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, process.pid,
+                           os.getpriority(os.PRIO_PROCESS, 0) + nice)
     ended = "timeout"
     try:
         ended = _wait_exited(process, timeout, stop)

@@ -6,6 +6,10 @@ read it through these classes only, so a renamed field or a changed default cann
 silently turn off the interpreter, the CPU shim or the compile gate in the child: a plan
 of another version, or with a missing field, is refused with a :class:`PlanError`.
 
+A plan with a ``control`` file makes a *phased* child: it collects its nodeids once and
+then runs what each :class:`PhaseCommand` appended to that file asks, one phase after
+another (:mod:`pytest_kernelfix.rerun.child.phases`).
+
 Import-light (standard library only): the child reads it before anything else.
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enabled
 
 #: Bumped whenever a field changes meaning; a child refuses any other version.
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 #: How a sensitivity rerun replaces what each project kernel wrote, right after each
 #: launch: NaN (floats) or a sentinel (integers; booleans are flipped), or the written
 #: values scrambled into other finite values. "" runs the tests as they are.
@@ -106,7 +110,12 @@ class ProbePlan:
 @dataclass(frozen=True)
 class RerunPlan:
     """Everything the child's agent needs: roots to map imports between, where to write
-    outcomes, which tests, the device, and what to probe (:class:`ProbePlan`)."""
+    outcomes, which tests, the device, and what to probe (:class:`ProbePlan`).
+
+    ``control`` ("" for a one-shot rerun) is the commands file of a phased child: the
+    child collects ``nodeids`` (with every check guarded, switched on per phase), then
+    runs the phases appended there (:class:`PhaseCommand`); ``probe`` is then unused.
+    """
 
     original_root: str
     sandbox_root: str
@@ -115,6 +124,7 @@ class RerunPlan:
     nodeids: tuple[str, ...]
     device: DevicePlan = field(default_factory=DevicePlan)
     probe: ProbePlan = field(default_factory=lambda: ProbePlan())
+    control: str = ""
     version: int = PLAN_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -149,18 +159,70 @@ class RerunPlan:
                     gate_target=str(device["gate_target"]),
                     cache_dir=str(device["cache_dir"]),
                 ),
-                probe=ProbePlan(
-                    poison=str(probe["poison"]),
-                    kernels=tuple(str(k) for k in probe["kernels"]),
-                    reach=_bool(probe["reach"]),
-                    fingerprint=_bool(probe["fingerprint"]),
-                ),
+                probe=probe_from_json(probe),
+                control=str(data["control"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise PlanError(f"rerun plan is incomplete or malformed: {error!r}") from None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json()), encoding="utf-8")
+
+
+def probe_from_json(data: Mapping[str, Any]) -> ProbePlan:
+    return ProbePlan(
+        poison=str(data["poison"]),
+        kernels=tuple(str(k) for k in data["kernels"]),
+        reach=_bool(data["reach"]),
+        fingerprint=_bool(data["fingerprint"]),
+    )
+
+
+@dataclass(frozen=True)
+class PhaseCommand:
+    """One phase of a phased child: run these tests, probed so, and say how it ended.
+
+    ``slices`` are consecutive runs of the phase's tests, each run by its own process
+    forked from the child (at the same time); ``stop_early`` ends a slice at its first
+    failing test and, once one has, the other slices; ``timeout`` bounds the whole phase.
+    Each slice writes its events to its own results file (:func:`phase_results`); the
+    output of every slice goes to the child's log. ``end`` (no tests) asks the child to
+    finish.
+    """
+
+    index: int
+    name: str = ""
+    slices: tuple[tuple[str, ...], ...] = ()
+    probe: ProbePlan = field(default_factory=ProbePlan)
+    stop_early: bool = False
+    timeout: float = 0.0
+    end: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name,
+                "slices": [list(part) for part in self.slices],
+                "probe": {**asdict(self.probe), "kernels": list(self.probe.kernels)},
+                "stop_early": self.stop_early, "timeout": self.timeout, "end": self.end,
+                "version": PLAN_VERSION}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PhaseCommand:
+        if not isinstance(data, Mapping) or data.get("version") != PLAN_VERSION:
+            raise PlanError("a phase command of another plugin version")
+        try:
+            return cls(index=int(data["index"]), name=str(data["name"]),
+                       slices=tuple(tuple(str(n) for n in part) for part in data["slices"]),
+                       probe=probe_from_json(dict(data["probe"])),
+                       stop_early=_bool(data["stop_early"]), timeout=float(data["timeout"]),
+                       end=_bool(data["end"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise PlanError(f"phase command is malformed: {error!r}") from None
+
+
+def phase_results(output: str | Path, index: int, part: int) -> Path:
+    """The results file of slice ``part`` of phase ``index`` of a phased child whose own
+    results file is ``output``."""
+    return Path(output).parent / f"results-{index}-{part}.jsonl"
 
 
 def _bool(value: Any) -> bool:

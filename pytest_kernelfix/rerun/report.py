@@ -47,7 +47,8 @@ class CheckSite:
     NumPy) on non-empty tensors, ``taint`` the most poison they saw (NaN runs: see
     :class:`Probe`); ``runs`` and ``failures`` count the guarded check statements run
     and failed there, ``outcomes`` says how each run ended, in order (``P``/``F``; reach
-    mode only).
+    mode only), ``taints`` the poison each run's reads saw, in the same order (``F``
+    full, ``P`` partial, ``C`` clean, ``-`` no read; NaN runs in reach mode only).
     """
 
     line: int
@@ -56,14 +57,21 @@ class CheckSite:
     runs: int = 0
     failures: int = 0
     outcomes: str = ""
+    taints: str = ""
 
     def to_json(self) -> list[Any]:
-        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes]
+        return [self.line, self.reads, self.taint, self.runs, self.failures, self.outcomes,
+                self.taints]
 
     @classmethod
     def from_json(cls, data: Any) -> CheckSite:
-        line, reads, taint, runs, failures, outcomes = data
-        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes))
+        line, reads, taint, runs, failures, outcomes, *taints = data
+        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes),
+                   str(taints[0]) if taints else "")
+
+    def tainted(self, run: int) -> bool:
+        """Run ``run`` of this check read poison (in part or whole)."""
+        return run < len(self.taints) and self.taints[run] in "FP"
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,9 @@ class Probe:
     some held it throughout, "clean" when none held any, "" when not measured.
     ``sites`` says the same per check site; ``reach`` whether the test's check
     statements were guarded (their failures recorded in ``sites``, not raised);
-    ``fingerprints`` the project launches, in order, when asked for.
+    ``fingerprints`` the project launches, in order, when asked for; ``blind`` how many
+    of the ``checks`` could not tell scrambled values from right ones (NaN and infinity
+    checks, and their boolean results read back).
     """
 
     project_launches: int = 0
@@ -100,6 +110,7 @@ class Probe:
     sites: tuple[CheckSite, ...] = ()
     reach: bool = False
     fingerprints: tuple[Fingerprint, ...] = ()
+    blind: int = 0
 
     def site(self, line: int) -> CheckSite | None:
         return next((site for site in self.sites if site.line == line), None)
@@ -113,7 +124,8 @@ class Probe:
         return {"project_launches": self.project_launches, "poisoned": self.poisoned,
                 "checks": self.checks, "taint": self.taint,
                 "sites": [site.to_json() for site in self.sites], "reach": self.reach,
-                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints]}
+                "fingerprints": [[f.kernel, f.inputs, f.outputs] for f in self.fingerprints],
+                "blind": self.blind}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Probe:
@@ -122,7 +134,8 @@ class Probe:
                    tuple(CheckSite.from_json(item) for item in data.get("sites", ())),
                    bool(data.get("reach", False)),
                    tuple(Fingerprint(str(k), str(i), str(o))
-                         for k, i, o in data.get("fingerprints", ())))
+                         for k, i, o in data.get("fingerprints", ())),
+                   int(data.get("blind", 0)))
 
 
 @dataclass(frozen=True)
@@ -365,25 +378,37 @@ def _parsed(lines: Iterable[str]) -> list[dict[str, Any]]:
     return events
 
 
+class EventTail:
+    """The events a growing results file gained since the last :meth:`new`: only whole
+    lines are read, so a line being written is read next time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except OSError:  # not written yet
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        return _parsed(whole.decode("utf-8", errors="replace").splitlines())
+
+
 class FinishedTests:
     """How many tests a growing results file says finished: each :meth:`count` reads
     only the whole lines written since the last, so a long rerun is cheap to follow."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._offset = 0
+        self._tail = EventTail(path)
         self._finished: set[str] = set()
 
     def count(self) -> int:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read()
-        except OSError:  # not written yet
-            return len(self._finished)
-        whole = data[:data.rfind(b"\n") + 1]
-        self._offset += len(whole)
-        for event in _parsed(whole.decode("utf-8", errors="replace").splitlines()):
+        for event in self._tail.new():
             if event.get("event") == "test":
                 self._finished.add(str(event.get("nodeid")))
         return len(self._finished)
@@ -440,7 +465,8 @@ class RerunResult:
     ``running_launches`` the kernels it had launched by then. ``report`` is what the
     child said about the run (``report_error`` why it could not be read). ``mode`` is
     how the child started (``fork`` or ``subprocess``) and ``fallback`` why it was not
-    forked when forking was asked for.
+    forked when forking was asked for. ``started`` counts the child processes the rerun
+    started (0 for a phase of a phased child started earlier).
     """
 
     outcomes: tuple[TestOutcome, ...]
@@ -456,6 +482,7 @@ class RerunResult:
     mode: str = "subprocess"
     fallback: str = ""
     report_error: str = ""
+    started: int = 1
 
     def outcome(self, nodeid: str) -> TestOutcome | None:
         return next((o for o in self.outcomes if o.nodeid == nodeid), None)
@@ -514,7 +541,8 @@ def merge_results(first: RerunResult, second: RerunResult) -> RerunResult:
     return replace(second, outcomes=first.outcomes + second.outcomes,
                    output=second.output or first.output, seconds=first.seconds + second.seconds,
                    report=first.report.merged(second.report),
-                   report_error=second.report_error or first.report_error)
+                   report_error=second.report_error or first.report_error,
+                   started=first.started + second.started)
 
 
 def signal_name(returncode: int) -> str:

@@ -106,6 +106,7 @@ def merge_parts(parts: Sequence[Part], *, seconds: float, output_budget: int) ->
         fallback=next((result.fallback for result in results if result.fallback), ""),
         report_error=next((result.report_error for result in results if result.report_error),
                           ""),
+        started=sum(result.started for result in results),
     )
 
 

@@ -11,6 +11,13 @@ first failure, ended with the session). A test that crashes an xdist worker is a
 to heal too (rerun alone in the sandbox first). It never changes a test outcome or the
 exit status.
 
+With ``--kernelfix-overlap`` (on by default) healing begins while the tests run, in a
+helper process started with the session (:mod:`pytest_kernelfix.session.helper`, which
+runs :mod:`pytest_kernelfix.session.overlap`): each selected failure and each passing
+test is handed over as it arrives, the helper's progress lines are printed between test
+results by the main thread (queued until then), and at the end the helper heals the
+session and hands back its report.
+
 From the session's start to its end the first SIGTERM is a ``KeyboardInterrupt``, as
 Ctrl-C is (:mod:`pytest_kernelfix.session.interrupt`): an interrupted session, during the
 test run or while healing, still writes its report, marked ``interrupted``, with every bug
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -37,7 +45,7 @@ from pytest_kernelfix.capture.records import (
     Selection,
     Unselected,
     crash_failure,
-    launched_project_kernel,
+    reached_project_kernel,
     read_record,
 )
 from pytest_kernelfix.config import Settings
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
     from pytest_kernelfix.report.artifacts import SessionReport
     from pytest_kernelfix.report.publish import Sink
     from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
+    from pytest_kernelfix.session.helper import Helper
     from pytest_kernelfix.session.pipeline import SessionInputs
 
 
@@ -78,18 +87,19 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
         extra_args=carried_args(config.invocation_params.args),
         env=env,
         mode=settings.rerun,
+        base_env=dict(os.environ),
     )
 
 
-def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
-    """The configured fixer behind the ``pytest_kernelfix_propose`` hook."""
+def configured_fixer(settings: Settings) -> Fixer:
+    """The fixer the settings name (a stand-in that says why when it cannot be built)."""
     from pytest_kernelfix.fixers.base import FixerError
-    from pytest_kernelfix.fixers.hook import HookFixer, UnavailableFixer
+    from pytest_kernelfix.fixers.hook import UnavailableFixer
 
     try:
         from pytest_kernelfix.fixers.factory import build_fixer
 
-        configured: Fixer = build_fixer(
+        return build_fixer(
             settings.model,
             api_base=settings.api_base or None,
             timeout=settings.llm_timeout,
@@ -99,16 +109,37 @@ def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
             cache_dir=None if settings.no_cache else settings.cache_root,
         )
     except (ValueError, OSError, FixerError) as error:
-        configured = UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
+        return UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
 
+
+def hook_asker(config: pytest.Config) -> Callable[[Any], Any]:
+    """A call of the ``pytest_kernelfix_propose`` hook, one at a time."""
     lock = threading.Lock()
 
     def ask(request: Any) -> Any:
         with lock:  # bugs heal in threads; a conftest hook need not be thread-safe
             return config.hook.pytest_kernelfix_propose(request=request, config=config)
 
-    hooked = bool(config.pluginmanager.hook.pytest_kernelfix_propose.get_hookimpls())
-    return HookFixer(ask, configured, hooked=hooked)
+    return ask
+
+
+def hooked(config: pytest.Config) -> bool:
+    """Whether a conftest file or plugin implements ``pytest_kernelfix_propose``."""
+    return bool(config.pluginmanager.hook.pytest_kernelfix_propose.get_hookimpls())
+
+
+def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
+    """The configured fixer behind the ``pytest_kernelfix_propose`` hook."""
+    from pytest_kernelfix.fixers.hook import HookFixer
+
+    return HookFixer(hook_asker(config), configured_fixer(settings), hooked=hooked(config))
+
+
+def test_processes(config: pytest.Config) -> int:
+    """Processes that run the tests: xdist's workers, else this one."""
+    if is_xdist_controller(config):
+        return max(1, len(getattr(config.option, "tx", None) or ()))
+    return 1
 
 
 #: Shown when healing runs without xdist, where a crashing kernel ends the session.
@@ -141,14 +172,61 @@ class HealingController:
         self.ci_notes: list[str] = []  # about the outputs, written after the report
         self.sinks: tuple[Sink, ...] = ()  # besides the report files and GitHub's outputs
         self._reruns: Reruns | None = None
+        self._helper: Helper | None = None
+        self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # said while tests run
+        self._running = True  # the test run goes on: lines wait for the main thread
+        self._write_lock = threading.Lock()
         self.cancel = Cancel()  # set by the first Ctrl-C or SIGTERM
         self._uninstall: Callable[[], None] = lambda: None
 
-    @functools.cached_property
+    @functools.cached_property  # a helper started early sets it to its own
     def setup(self) -> RerunSetup:
         """How this session reruns tests: built once, for the early server start and for
-        healing alike."""
+        healing alike (with the environment as it is then: what a test sets later does
+        not reach the reruns)."""
         return rerun_setup(self.config, self.settings, self.device)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """From here on the first SIGTERM (CI cancelling the job) ends the session as
+        Ctrl-C does: the report is written and the temporary directories go. With overlap
+        on, the healing helper (started before the conftest files where it could be, else
+        now, with its warm server) learns what the session knows now, so that the first
+        failure's heal waits for no import."""
+        self._uninstall = install_sigterm(self.cancel)
+        if not self.settings.overlap or self._bisect_first():
+            return
+        from pytest_kernelfix.plugin import helper_key
+        from pytest_kernelfix.session import helper
+
+        try:
+            started = self.config.stash.get(helper_key, None)
+            if started is None:
+                started = helper.Helper(helper.Start(self.settings, self.project, self.setup))
+            else:
+                self.setup = started.start.setup  # the environment its server started with
+            started.begin(helper.Session(test_processes(self.config), hooked(self.config)),
+                          ask=hook_asker(self.config), progress=self._progress)
+            self._helper = started
+        except Exception as error:  # the end of the session heals in this process
+            self.notes.append(f"healing could not begin while the tests ran: "
+                              f"{type(error).__name__}: {error}")
+
+    def _bisect_first(self) -> bool:
+        """With a change since a base, healing waits for the end of the run: the
+        experiment that finds the change's culprit lines runs before the fixer is asked
+        (locate/base.change_waits), and an early heal would go without it."""
+        from pytest_kernelfix.locate.base import change_waits
+
+        try:
+            base = change_waits(self.settings.base, self.project, os.environ,
+                                green=self.green,
+                                skip=(self.settings.report_dir, self.settings.cache_root))
+        except Exception:  # no base to tell: heal while the tests run
+            return False
+        if base:
+            self.notes.append(f"healing begins after the tests: the change since {base} is "
+                              "bisected first (--kernelfix-base none heals while they run)")
+        return bool(base)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -166,17 +244,26 @@ class HealingController:
             if not report.failed:
                 return
             why = self.selection.why_not(captured.nodeid, captured.marked, captured.launches,
-                                         self.project)
+                                         self.project, captured.error.frames)
             if why:
-                self.unselected.append(Unselected(
-                    captured.nodeid, why, launched_project_kernel(captured.launches,
-                                                                  self.project)))
+                self.unselected.append(Unselected(captured.nodeid, why, reached_project_kernel(
+                    captured.launches, captured.error.frames, self.project)))
                 return
             self.failures.append(captured)
-            if len(self.failures) == 1:
+            if self._helper is not None:
+                self._helper.failed(captured)
+            elif len(self.failures) == 1:
                 self._warm_reruns()
         elif report.passed:
             self.passed.append(captured)
+            if self._helper is not None:
+                self._helper.passed(captured)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self) -> None:
+        """Between two tests (after the terminal reporter wrote the result): the heal's
+        lines said since."""
+        self._flush()
 
     @property
     def reruns(self) -> Reruns:
@@ -251,19 +338,19 @@ class HealingController:
         except Exception as error:  # a read-only cache: no record, nothing else lost
             self.notes.append(f"the last-green record was not written: {error}")
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """From here on the first SIGTERM (CI cancelling the job) ends the session as
-        Ctrl-C does: the report is written and the temporary directories go."""
-        self._uninstall = install_sigterm(self.cancel)
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._flush()
+        self._running = False
         try:
             if exitstatus != pytest.ExitCode.INTERRUPTED:
                 self.record_green()
             self._heal_at_end(exitstatus)
         finally:
             try:
+                if self._helper is not None:
+                    with shielded(self.cancel):  # its servers and directories go whole
+                        self._helper.close()
                 if self._reruns is not None:
                     with shielded(self.cancel):  # the servers and their directories go whole
                         self._reruns.close()
@@ -321,6 +408,12 @@ class HealingController:
         from pytest_kernelfix.session.pipeline import Stages, run_healing
 
         inputs = self.inputs()
+        if self._helper is not None:
+            report = self._helper.finish(inputs, self.cancel)
+            if report is not None:
+                return replace(report, save_prompts=self.settings.save_prompts)
+            self.notes.append(f"{self._helper.error}: healing ran after the tests")
+            inputs = self.inputs()
         if self.cancel.is_set():  # the test run was interrupted: nothing will be asked
             from pytest_kernelfix.fixers.hook import UnavailableFixer
 
@@ -333,13 +426,35 @@ class HealingController:
         return replace(run_healing(inputs, stages), save_prompts=self.settings.save_prompts)
 
     def _progress(self, line: str) -> None:
+        """A progress line: written now once the tests have run (lines come one at a
+        time), queued for the main thread while they run."""
+        if self._running:
+            self._lines.put(line)
+            return
+        with self._write_lock:
+            self._write(line)
+
+    def _flush(self) -> None:
+        """Write the queued lines (the main thread, between test results)."""
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            with self._write_lock:
+                self._write(line)
+
+    def _write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        if not self._progress_shown:  # lines come one at a time (workflow's lock)
+        if not self._progress_shown:
             self._progress_shown = True
             reporter.write_line("")  # end the line of progress dots, even under -q
-            reporter.write_sep("-", "kernelfix: healing")
+            title = "kernelfix: healing" + (" while the tests run" if self._running else "")
+            reporter.write_sep("-", title)
+        elif getattr(reporter, "_width_of_current_line", 0) and not reporter.currentfspath:
+            reporter.write("\n")  # after dots of -q, which leaves no path to end the line
         reporter.write_line(f"kernelfix: {line}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

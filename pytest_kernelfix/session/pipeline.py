@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from pytest_kernelfix.capture.logs import clean_log
 from pytest_kernelfix.capture.records import Failure, PassedTest, Selection, Unselected
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, is_free
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
-from pytest_kernelfix.heal.loop import heal
+from pytest_kernelfix.heal.loop import Resume, heal
 from pytest_kernelfix.heal.outcomes import (
     DECLINED,
     HEALED,
@@ -77,7 +78,7 @@ from pytest_kernelfix.session.schedule import (
 from pytest_kernelfix.verify.culprit import find_culprits
 from pytest_kernelfix.verify.sample import representative
 from pytest_kernelfix.verify.triage import raised_in_kernel
-from pytest_kernelfix.verify.verifier import Runner, Verifier
+from pytest_kernelfix.verify.verifier import Child, Opener, Runner, Verifier
 
 Progress = Callable[[str], None]
 
@@ -174,7 +175,8 @@ def _skipped(group: BugGroup, reason: str) -> HealResult:
 class _Counted:
     """A runner that keeps what one bug's reruns cost and how they ran, says how far a
     long rerun is, and stops (``KeyboardInterrupt``) once the session is interrupted: a
-    rerun under way is cut short, its result is of no use."""
+    rerun under way is cut short, its result is of no use. The phases of the phased
+    children it opens count as reruns."""
 
     def __init__(self, runner: Runner, progress: Progress = lambda line: None,
                  cancel: Cancel | None = None) -> None:
@@ -183,18 +185,49 @@ class _Counted:
         self.cancel = cancel if cancel is not None else Cancel()
         self.stats = RerunStats()
         self.lock = threading.Lock()  # a verifier may run reruns at the same time
+        self.can_open = callable(getattr(runner, "open", None)) and bool(
+            getattr(runner, "can_open", True))
 
-    def __call__(self, spec: RerunSpec) -> RerunResult:
+    def _spec(self, spec: RerunSpec) -> RerunSpec:
         self.cancel.check()
         if spec.progress is None:
             spec = replace(spec, progress=lambda done, total, seconds: self.progress(
                 f"rerun: {done} of {total} test(s) finished after {seconds:.0f} s"))
-        started = time.monotonic()
-        result = self.runner(replace(spec, cancel=self.cancel.event))
+        return replace(spec, cancel=self.cancel.event)
+
+    def add(self, result: RerunResult, started: float) -> RerunResult:
         with self.lock:  # timed here: the wall time of reruns that overlap is counted once
             self.stats = self.stats.add(result, (started, time.monotonic()))
         self.cancel.check()
         return result
+
+    def __call__(self, spec: RerunSpec) -> RerunResult:
+        spec = self._spec(spec)
+        started = time.monotonic()
+        return self.add(self.runner(spec), started)
+
+    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
+             ) -> _CountedChild | None:
+        opener: Opener = self.runner  # type: ignore[assignment]
+        child = opener.open(setup, sandbox_root, nodeids) if self.can_open else None
+        return None if child is None else _CountedChild(child, self)
+
+
+class _CountedChild:
+    """A phased child whose phases are counted by the runner that opened it."""
+
+    def __init__(self, child: Child, counted: _Counted) -> None:
+        self.child = child
+        self.counted = counted
+
+    def run(self, spec: RerunSpec, name: str = "") -> RerunResult | None:
+        spec = self.counted._spec(spec)
+        started = time.monotonic()
+        result = self.child.run(spec, name)
+        return None if result is None else self.counted.add(result, started)
+
+    def close(self) -> None:
+        self.child.close()
 
 
 @dataclass
@@ -216,6 +249,8 @@ class _Session:
     #: Bugs that began a heal of their own (``--kernelfix-max-groups`` bounds them; a bug
     #: an earlier patch heals is not one).
     claimed: int = 0
+    #: Bugs whose heal started while the tests ran, by index (see :class:`HeadStart`).
+    early: Mapping[int, Early] = field(default_factory=dict)
 
     def claim(self) -> str:
         """A place for one more bug of its own, or why there is none."""
@@ -247,8 +282,20 @@ class _Session:
         cancel = stages.cancel
         for index in chain:
             group = self.groups[index]
-            if cancel.is_set():  # reported as not started (run_healing)
-                break
+            if cancel.is_set() and index not in self.early:  # reported as not started
+                continue
+            if index in self.early:  # healed while the tests ran: its last check runs there
+                self.say(group, f"healing {group.id} ({len(group.nodeids)} test(s); "
+                                f"{', '.join(group.editable)})", first=True)
+                with self.lock:
+                    self.claimed += 1
+                result, self.reruns[index] = self.early[index].outcome()
+                self.results[index] = result
+                if result.status == HEALED and result.changed_files:
+                    winners.append(Winner(group.id, result.final, frozenset(result.verified),
+                                          {path: result.final[path]
+                                           for path in result.changed_files}))
+                continue
             spent = self.budget.exhausted()
             if spent:
                 self.results[index] = _skipped(group, spent)
@@ -294,22 +341,60 @@ def interrupted(group: BugGroup, stop: KeyboardInterrupt, why: str) -> HealResul
     return _skipped(group, f"interrupted ({why}) before it was healed")
 
 
-def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
-    """Heal every bug of the session (and, in apply mode, write the healed files); the
-    report, for the controller to publish."""
-    started = time.monotonic()
-    settings = inputs.settings
-    project = inputs.project
-    reach = Reach(project)
-    make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
-    make_report_dir(settings.cache_root, settings.rootdir)  # a cache dir of its own too
+def sandbox_exclude(settings: Settings, project: Project) -> list[str]:
+    """What a sandbox copy leaves out: the configured globs, the report and cache dirs."""
     exclude = list(settings.sandbox_exclude)
     for folder in (settings.report_dir, settings.cache_root):
         if folder.is_relative_to(project.root):
             exclude.append(folder.relative_to(project.root).as_posix())
-    budget = Budget(settings.max_cost, settings.max_tokens)
+    return exclude
+
+
+class Early(Protocol):
+    """A bug whose heal started while the tests ran (:mod:`pytest_kernelfix.session.overlap`)."""
+
+    def outcome(self) -> tuple[HealResult, RerunStats]:
+        """Its result once it has been checked against the bug's final tests (waits)."""
+        ...
+
+    def retune(self, setup: RerunSetup) -> None:
+        """Rerun the session's way from now on (its jobs, full priority)."""
+        ...
+
+
+class HeadStart(Protocol):
+    """Healing that began while the tests ran: the session's reach and budget (shared),
+    and the bugs already under way."""
+
+    reach: Reach
+    budget: Budget
+    fixer: Fixer | None  # the session's fixer behind the budget, once made
+    began: float | None  # when the first heal began (``time.monotonic()``)
+
+    def assign(self, groups: Sequence[BugGroup], passed: Sequence[PassedTest]
+               ) -> dict[int, Early]:
+        """The bugs of ``groups`` (the final grouping) already under way, by index; each
+        is told its final failing and regression tests."""
+        ...
+
+
+def run_healing(inputs: SessionInputs, stages: Stages, *,
+                head: HeadStart | None = None) -> SessionReport:
+    """Heal every bug of the session (and, in apply mode, write the healed files); the
+    report, for the controller to publish. ``head``: bugs already under way."""
+    started = time.monotonic()
+    settings = inputs.settings
+    project = inputs.project
+    reach = head.reach if head is not None else Reach(project)
+    make_report_dir(settings.report_dir, settings.rootdir)  # before backups, locks, cache
+    make_report_dir(settings.cache_root, settings.rootdir)  # a cache dir of its own too
+    exclude = sandbox_exclude(settings, project)
     cancel = stages.cancel
-    stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
+    if head is not None and head.fixer is not None:
+        budget, stages = head.budget, replace(stages, fixer=head.fixer)
+    else:
+        budget = Budget(settings.max_cost, settings.max_tokens)
+        stages = replace(stages, fixer=BudgetedFixer(stages.fixer, budget))
     if any(failure.crashed for failure in inputs.failures) and not cancel.is_set():
         try:
             inputs = _reproduce_crashes(inputs, stages, exclude)
@@ -322,14 +407,18 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     inputs = replace(inputs, notes=inputs.notes + said)
     groups = group_failures(inputs.failures, project, reach, inputs.passed)
     lanes = chains(groups)
+    early = head.assign(groups, inputs.passed) if head is not None else {}
     gpus = visible_gpus() if inputs.device == "cuda" else ()
     workers = max(1, min(worker_count(settings.workers, inputs.device, gpus), len(lanes)))
     jobs = rerun_jobs(settings.rerun_jobs, workers, inputs.device, cpu_count())
     inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
+    for bug in early.values():  # a bug under way counts as one of the workers
+        bug.retune(inputs.setup)
     session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget, changes)
+    session.early = early
     try:
-        if cancel.is_set():
-            pass  # interrupted before healing began: every bug is reported not started
+        if cancel.is_set():  # interrupted before healing began: only what heals already
+            _heal_in_order(sorted(early), session)
         elif workers == 1:
             _heal_in_order([i for lane in lanes for i in lane], session)
         else:
@@ -341,9 +430,11 @@ def run_healing(inputs: SessionInputs, stages: Stages) -> SessionReport:
     results = [(group, session.results.get(index) or _skipped(
         group, f"not healed: the session was interrupted ({cancel.why}) before its turn"))
         for index, group in enumerate(groups)]
+    began = head.began if head is not None and head.began is not None else started
     with shielded(cancel):  # apply mode writes every healed bug whole, or none of it
-        return finish(inputs, results, time.monotonic() - started, reruns=session.reruns,
-                      workers=workers, interrupted=cancel.why if cancel.is_set() else "")
+        return finish(inputs, results, time.monotonic() - min(began, started),
+                      reruns=session.reruns, workers=workers,
+                      interrupted=cancel.why if cancel.is_set() else "")
 
 
 def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (
@@ -362,6 +453,8 @@ def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[
 def _heal_in_order(order: Sequence[int], session: _Session) -> None:
     """One worker: every bug in grouping order, in one sandbox (removed whole even when
     an interrupt arrives as it is)."""
+    if not order:
+        return
     sandbox = None
     try:
         sandbox = session.heal_chain(sorted(order), None, 0)
@@ -436,10 +529,22 @@ def build_on(originals: Mapping[str, str], winners: Sequence[Winner]) -> (
     return base, tuple(used)
 
 
+def make_verifier(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
+                  reach: Reach) -> Verifier:
+    """The verifier of one bug: its failing tests, the regression set the session's
+    passing tests give, the session's runner and verify mode."""
+    project = inputs.project
+    return Verifier(sandbox, inputs.setup, group, project,
+                    regression=regression_nodeids(group, inputs.passed, project, reach),
+                    runner=stages.runner, mode=inputs.settings.verify,
+                    say=lambda line: stages.progress(f"  {line}"))
+
+
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
              reach: Reach, winners: Sequence[Winner] = (),
              claim: Callable[[], str] = lambda: "", *, change: Change | None = None,
-             exclude: Sequence[str] = ()) -> HealResult:
+             exclude: Sequence[str] = (), verifier: Verifier | None = None,
+             resume: Resume | None = None, ask_first: bool | None = None) -> HealResult:
     """One bug, in the given sandbox: a free fixer's first answer, the baseline and
     triage, then (when earlier bugs of its chain healed files it shares) their patches as
     a candidate, then, with a ``change`` since a base, the experiment that finds the
@@ -447,7 +552,11 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
     leave.
 
     ``claim`` is asked before the bug heals on its own (not when an earlier patch heals
-    it): it answers why not (``--kernelfix-max-groups``), or "".
+    it): it answers why not (``--kernelfix-max-groups``), or "". ``verifier`` is the
+    bug's own when the caller keeps it (healing while the tests run); with ``resume`` (a
+    heal whose winner a later check rejected) the triage is that verifier's and the round
+    loop goes on from the rejected winner. ``ask_first`` asks the fixer before the
+    baseline even when it is not free (reruns that must wait).
     """
     started = time.monotonic()
     project = inputs.project
@@ -462,19 +571,27 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         return _skipped(group, over)
     checks = checks_for(inputs.setup.device)
     context = build_context(group, project, device=inputs.device, checks=checks)
-    verifier = Verifier(sandbox, inputs.setup, widened, project,
-                        regression=regression_nodeids(widened, inputs.passed, project, reach),
-                        runner=stages.runner, mode=inputs.settings.verify,
-                        say=lambda line: stages.progress(f"  {line}"))
+    verifier = verifier or make_verifier(widened, inputs, sandbox, stages, reach)
+    checker = verifier
 
     def done(result: HealResult) -> HealResult:
         """The bug's whole time: its triage and every rerun included; a healed bug, the
         tests its patch passed."""
-        verified = verifier.passing() if result.status == HEALED else ()
+        verified = checker.passing() if result.status == HEALED else ()
         return replace(result, seconds=time.monotonic() - started, verified=verified)
 
+    if resume is not None:
+        try:
+            result = _rounds(group, context, base, verifier, sandbox, stages, inputs, reach,
+                             None, resume)
+        finally:
+            verifier.restore()
+        verified = verifier.passing() if result.status == HEALED else ()
+        return replace(result, triage=resume.result.triage, verified=verified,
+                       seconds=resume.result.seconds + time.monotonic() - started)
     first: Proposal | None = None
-    if is_free(stages.fixer) and not earlier and change is None:
+    if (is_free(stages.fixer) if ask_first is None else ask_first) and not earlier and (
+            change is None):
         first, why = _ask_first(_Announced(stages.fixer, stages.progress, stages.cancel),
                                 context, base)
         if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
@@ -513,25 +630,11 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
                                        "heal in the kernel", triage=triaged,
                                        regression=regression))
             used, context = change_context(group, widened, change, regression, inputs, checks)
-        context = with_failure_notes(context, verifier)
+            context = with_failure_notes(context, verifier)
         files = {path: base[path] if path in base else read_originals(project.root, [path])[path]
                  for path in used.editable}
-
-        def on_round(record: RoundRecord) -> None:
-            edits = ", ".join(e.level for e in record.edits) or "no edits"
-            stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
-
-        roots = (*project.roots, str(sandbox.root))
-
-        def tidy(text: str) -> str:
-            return clean_log(text, roots)
-
-        result = heal(
-            context, files, fixer=_Announced(stages.fixer, stages.progress, stages.cancel),
-            verify=verifier,
-            rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
-            resolve_need=NeedResolver(project, reach), tidy=tidy, first=first,
-        )
+        result = _rounds(used, context, files, verifier, sandbox, stages, inputs, reach,
+                         first)
         revert = change is not None and result.status == HEALED and reverts_only(
             change, result.original, result.final)
         return done(replace(result, triage=triaged, regression=regression, revert=revert,
@@ -568,6 +671,29 @@ def change_context(group: BugGroup, widened: BugGroup, change: Change,
     view = change_view(change, regression, used.editable)
     return used, build_context(used, project, device=inputs.device, checks=checks,
                                change=view)
+
+
+def _rounds(group: BugGroup, context: BugContext, base: Mapping[str, str],
+            verifier: Verifier, sandbox: Sandbox, stages: Stages, inputs: SessionInputs,
+            reach: Reach, first: Proposal | None, resume: Resume | None = None) -> HealResult:
+    """The round loop of one bug, its lines said as each round ends."""
+
+    def on_round(record: RoundRecord) -> None:
+        edits = ", ".join(e.level for e in record.edits) or "no edits"
+        stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
+
+    roots = (*inputs.project.roots, str(sandbox.root))
+
+    def tidy(text: str) -> str:
+        return clean_log(text, roots)
+
+    return heal(
+        context, base, fixer=_Announced(stages.fixer, stages.progress, stages.cancel),
+        verify=verifier,
+        rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
+        resolve_need=NeedResolver(inputs.project, reach), tidy=tidy, first=first,
+        resume=resume,
+    )
 
 
 #: Seconds between "still waiting" lines while a fixer thinks.

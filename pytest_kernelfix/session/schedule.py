@@ -4,9 +4,10 @@ Bugs that share an editable file, directly or through another bug, form one *cha
 healed in grouping order by one worker (their candidates would touch the same file);
 chains share no file and heal in parallel, each worker in its own sandbox. The default
 number of workers is one per visible GPU on a GPU (each worker's reruns pinned to its own
-GPU through ``CUDA_VISIBLE_DEVICES``), else half the cores: a rerun on the interpreter
-keeps one core busy, and the session needs some too. One rerun of many tests may split
-them across several children (:func:`rerun_jobs`), on the cores the workers leave.
+GPU through ``CUDA_VISIBLE_DEVICES``), else one per core: a bug's verification runs in
+one rerun child at a time (its phases fork from it), which keeps one core busy. Workers
+never outnumber the chains, so a single bug still splits a long rerun across the cores
+(:func:`rerun_jobs`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def worker_count(setting: int, device: str, gpus: Sequence[str] = ()) -> int:
         return setting
     if device == "cuda":
         return max(1, len(gpus))
-    return max(1, cpu_count() // 2)
+    return cpu_count()
 
 
 def worker_env(worker: int, gpus: Sequence[str], workers: int) -> dict[str, str]:

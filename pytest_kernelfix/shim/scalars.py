@@ -17,6 +17,19 @@ are constexprs when compiled.
 A load or store mask of an integer dtype is converted to ``i1`` (non-zero is true) when
 compiled; the interpreter's C loader refused it (``ValueError: mask has unsupported
 dtype``, flash-linear-attention's log-linear attention). Masks now reach it as booleans.
+
+A ``tl.dtype`` handed to a ``@triton.jit`` helper arrives there as a ``tl.constexpr`` when
+compiled, so helpers unwrap it with ``dtype.value`` (FlagGems' ``get_dtype_min`` /
+``get_dtype_max``, called by its argmax, cummin, topk and sort kernels); the interpreter
+passes the bare dtype and ``.value`` raised ``AttributeError: 'dtype' object has no
+attribute 'value'``. A dtype now answers ``.value`` with itself, as its constexpr would.
+
+``a and b`` / ``a or b`` between tensors is an elementwise ``logical_and`` / ``logical_or``
+when compiled (with a deprecation warning); the interpreter ran Python's ``and``, which
+asks ``bool(a)`` (are all its elements true?) and so returned one operand whole: the mask
+``rows < M and cols < N`` of FlagGems' argmax was the column mask alone whenever a row
+was out of range, and the kernel read past its input. The rewrite now applies the
+compiler's rule: constexpr operands short-circuit, tensor operands combine elementwise.
 """
 
 from __future__ import annotations
@@ -61,6 +74,44 @@ def visit_for(transformer: ast.NodeTransformer, node: ast.For) -> ast.AST:
     return node
 
 
+BOOLEAN = "_kernelfix_boolean"  # the helper's name in a rewritten kernel's globals
+
+
+def boolean(method: str, *operands: Any) -> Any:
+    """``and`` / ``or`` of lazily evaluated operands as the compiler applies them: a
+    non-tensor operand short-circuits (falsy for ``and``, truthy for ``or``) or drops
+    out; tensors combine with ``logical_and`` / ``logical_or``."""
+    import triton.language as tl
+
+    tensors = []
+    value = None
+    for operand in operands:
+        value = operand()
+        if isinstance(value, tl.tensor):
+            tensors.append(value)
+        elif bool(value) is (method == "logical_or"):
+            return value
+    if not tensors:
+        return value
+    result = tensors[0]
+    for other in tensors[1:]:
+        result = getattr(result, method)(other)
+    return result
+
+
+def visit_bool_op(transformer: ast.NodeTransformer, node: ast.BoolOp) -> ast.AST:
+    """``a and b`` as ``_kernelfix_boolean("logical_and", lambda: a, lambda: b)``."""
+    node = transformer.generic_visit(node)  # type: ignore[assignment]
+    method = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
+    no_arguments = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                 defaults=[])
+    call = ast.Call(func=ast.Name(id=BOOLEAN, ctx=ast.Load()),
+                    args=[ast.Constant(value=method),
+                          *(ast.Lambda(args=no_arguments, body=value) for value in node.values)],
+                    keywords=[])
+    return ast.copy_location(call, node)
+
+
 class BoolMasks:
     """The interpreter's C ``load`` / ``store`` with integer masks made boolean."""
 
@@ -82,15 +133,25 @@ def _boolean(mask: Any) -> Any:
     return mask if kind == "b" else mask != 0
 
 
+def _itself(dtype: Any) -> Any:
+    """``dtype.value``: the dtype, as ``tl.constexpr(dtype).value`` is when compiled."""
+    return dtype
+
+
 def install() -> None:
+    import triton.language as tl
     from triton.runtime import interpreter
 
     if _patches:
         return
     if hasattr(interpreter, "ASTTransformer") and hasattr(interpreter, "interpreter_semantic"):
         _patches.set(interpreter.ASTTransformer, "visit_For", visit_for)
+        _patches.set(interpreter.ASTTransformer, "visit_BoolOp", visit_bool_op)
+        _patches.set(interpreter, BOOLEAN, boolean)  # the rewrite copies it into kernels
     if hasattr(interpreter, "_interpreter"):
         _patches.set(interpreter, "_interpreter", BoolMasks(interpreter._interpreter))
+    if not hasattr(tl.dtype, "value"):
+        _patches.set(tl.dtype, "value", property(_itself))
     original = interpreter._implicit_cvt
 
     def implicit_cvt(arg: Any) -> Any:

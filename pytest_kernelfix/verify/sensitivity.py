@@ -13,6 +13,9 @@ test then gives evidence:
 - it **passes** with poison applied: when the test itself checked tensor values, the
   values it checked do not come from the kernel (bypass); when it checked no value at
   all, it does not depend on the kernel's output (it cannot certify any fix).
+- it **passes** with scrambled values, and every value it checked was a NaN or infinity
+  check: the scrambled values are finite, so the test cannot tell them from right ones
+  (a test that checks a loss is finite): no evidence, the NaN run is the measure;
 - no buffer was poisoned (empty inputs, or a launch that wrote nothing): no evidence,
   unless a project kernel was launched and the passing test checked values anyway
   (a launch on a throwaway buffer, or one whose exception was caught): bypass.
@@ -28,7 +31,11 @@ passed on the original are not required to depend on the kernel.
 to poisoned, the check that failed on the original must still fail: a check that
 depends only on other kernels' outputs (a gradient computed with torch from the
 statistics the forward kernel saved, the backward kernel launched and ignored) is a
-bypass.
+bypass. The check is the innermost one that failed (also inside a helper of the test
+module); where one line runs several checks (a loop over outputs), only the runs that
+failed on the original and read the attributed kernel's poison there count. When that
+cannot be told (the runs were not measured one by one, or do not line up), the rule does
+not judge: it notes the doubt, and never refuses a fix for it.
 
 A crash or timeout of a poisoned run counts as a failure of the tests it left
 unfinished: poison broke them. The verdict is the worst evidence: any bypass rejects the
@@ -45,7 +52,8 @@ from dataclasses import dataclass
 from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
 
-SENSITIVE, BYPASS, UNMEASURED = "sensitive", "bypass", "unmeasured"
+SENSITIVE, BYPASS, UNMEASURED, BLIND = "sensitive", "bypass", "unmeasured", "blind"
+DOUBT = "doubt"
 _FAILED = ("failed", "error")
 _SHOWN = 3
 
@@ -92,6 +100,19 @@ def check_passed(outcome: TestOutcome | None, line: int, before: str = "") -> bo
     return site.failures == 0
 
 
+def nan_blind(outcome: TestOutcome) -> bool:
+    """A test that passed a NaN run read only values that held the poison throughout
+    (every check site that read values saw "full" taint): its checks compare the
+    kernel's outputs with each other and NaN cannot fail them. A value from torch, or
+    put in place after the launch, reads clean or partial: never blind. (The check that
+    failed on the original is held to failing again by the scrambled run.)"""
+    probe = outcome.probe
+    if probe is None or not probe.reach or probe.taint != "full":
+        return False
+    read = [site for site in probe.sites if site.reads]
+    return bool(read) and all(site.taint == "full" for site in read)
+
+
 def _site(nodeid: str, line: int) -> str:
     return f"{nodeid.split('::')[0]}:{line}"
 
@@ -111,6 +132,7 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
     partial: list[str] = []
     unwritten: list[str] = []
     moved: list[str] = []
+    blind: list[str] = []
     poisoned = 0
     for nodeid in nodeids:
         outcome = result.outcome(nodeid)
@@ -130,6 +152,9 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
                 moved.append(nodeid)
             elif failed:
                 sensitive.append(nodeid)
+            elif ((mode == "scramble" and probe.checks and probe.blind == probe.checks)
+                  or (mode == "nan" and nan_blind(outcome))):
+                blind.append(nodeid)
             elif probe.checks:
                 insensitive.append(nodeid)
             else:
@@ -181,12 +206,24 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
             "exception was caught), and the tests still passed: the values they check do not "
             "come from the kernel.",
         )
-    if unchecked and not sensitive:
+    if unchecked and not sensitive and not blind:
         return Judgement(
             UNCERTIFIABLE,
             "cannot certify: the test does not depend on the kernel's output "
             f"({_ids(unchecked)} pass with the kernel's output {replaced} and check no tensor "
             "value)",
+        )
+    if blind and not sensitive and mode == "scramble":
+        return Judgement(
+            UNMEASURED,
+            f"scrambled values not measured: {_ids(blind)} check only for NaN and infinity, "
+            "which scrambled values never are",
+        )
+    if blind and not sensitive:
+        return Judgement(
+            BLIND,
+            f"NaN cannot tell: {_ids(blind)} compare(s) values that all carry the kernel's "
+            "NaN (the scrambled values decide)",
         )
     if not sensitive:
         return Judgement(
@@ -198,24 +235,62 @@ def judge_poisoned(result: RerunResult, nodeids: Sequence[str], mode: str,
                                 f"{replaced}")
 
 
-def depends_on(result: RerunResult, nodeid: str, line: int) -> bool:
-    """In a NaN run with some kernels poisoned, the check at ``line`` saw their poison."""
+#: The runs of a check that read a kernel's poison, or None: some did, which cannot be told.
+Runs = frozenset[int] | None
+
+
+def poisoned_runs(result: RerunResult, nodeid: str, line: int, before: str = "") -> Runs:
+    """In a NaN run with some kernels poisoned, the runs of the check at ``line`` that
+    failed on the original code (``before``: how each ended there) and read the poison:
+    empty when none did; None when the check read poison but its runs cannot be told
+    apart (several runs not measured one by one, or not lining up with ``before``)."""
     outcome = result.outcome(nodeid)
     if outcome is None or outcome.probe is None or not outcome.probe.poisoned:
-        return False
+        return frozenset()
     site = outcome.probe.site(line)
-    return site is not None and site.taint in ("full", "partial")
+    if site is None:
+        return frozenset()
+    failed = [run for run, ended in enumerate(before) if ended == "F"]
+    if failed and len(site.taints) == len(before):
+        return frozenset(run for run in failed if site.tainted(run))
+    if site.taint not in ("full", "partial"):
+        return frozenset()
+    return frozenset({0}) if len(before) <= 1 and site.runs <= 1 else None
 
 
 def judge_kernel(result: RerunResult, sites: Mapping[str, int], kernel: str,
-                 before: Mapping[str, str] | None = None) -> Judgement:
+                 before: Mapping[str, str] | None = None,
+                 reading: Mapping[str, Runs] | None = None) -> Judgement:
     """The verdict of a NaN rerun with only ``kernel`` poisoned (``relpath::name``): the
-    check each test failed at on the original must fail again."""
+    check each test failed at on the original must fail again. ``reading`` holds, per
+    test, the runs of that check that read ``kernel``'s poison on the original code
+    (:func:`poisoned_runs`); where a line runs several checks, only those runs count,
+    and where they are not known the rule notes its doubt instead of judging."""
     name = kernel.rpartition("::")[2]
     before = before or {}
-    moved = [nodeid for nodeid, line in sites.items()
-             if (o := result.outcome(nodeid)) is not None and o.probe is not None
-             and o.probe.poisoned and check_passed(o, line, before.get(nodeid, ""))]
+    reading = reading or {}
+    moved, doubts = [], []
+    for nodeid, line in sites.items():
+        outcome = result.outcome(nodeid)
+        ended = before.get(nodeid, "")
+        if outcome is None or outcome.probe is None or not outcome.probe.poisoned or (
+                not check_passed(outcome, line, ended)):
+            continue
+        site = outcome.probe.site(line)
+        runs = site.outcomes if site is not None else ""
+        if len(ended) > 1 or (not ended and site is not None and site.runs > 1):
+            known = reading.get(nodeid)
+            if known is None or len(runs) != len(ended):
+                doubts.append(nodeid)
+                continue
+            if not {run for run in known if runs[run] == "P"}:
+                continue  # the runs that pass now never read this kernel's output
+        moved.append(nodeid)
+    if not moved and doubts:
+        where = ", ".join(_site(n, sites[n]) for n in doubts[:_SHOWN])
+        return Judgement(DOUBT, f"not judged per kernel: the line of the check that failed "
+                                f"({where}) runs several checks, and which of them reads "
+                                f"{name} cannot be told")
     if not moved:
         return Judgement(SENSITIVE, f"the check that failed depends on {name}")
     where = ", ".join(_site(n, sites[n]) for n in moved[:_SHOWN])

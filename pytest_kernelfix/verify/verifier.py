@@ -17,6 +17,14 @@ before it passed, and the first that rejects the candidate ends its verification
    (:mod:`pytest_kernelfix.verify.sensitivity`); between the two, the first test with
    only the kernel its failure was attributed to poisoned.
 
+The phases of one candidate run in one rerun child where the runner can open one
+(:meth:`~pytest_kernelfix.rerun.launcher.Reruns.open`): it collects, runs the conftest
+files and imports the sandbox once, and each phase runs in a process forked from it
+right after collection, so nothing one phase leaves behind reaches the next
+(:mod:`pytest_kernelfix.rerun.phased`). The runs on the original code share a child of
+their own. The poisoned phases then run one after another in that child (NaN, the
+attributed kernel, scrambled values), the first that rejects ending the verification.
+
 Before round 1 the unpatched code is rerun on the representative only (the baseline, read
 by :mod:`pytest_kernelfix.verify.triage`); what the test run recorded stands for the
 rest. What is known only from the original code (regression tests that fail there too,
@@ -29,20 +37,24 @@ front, the poisoned reruns on every failing test).
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
 from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import POISON_MODES, ProbePlan
 from pytest_kernelfix.rerun.probes.checks import failing_site
-from pytest_kernelfix.rerun.report import RerunResult, merge_results
+from pytest_kernelfix.rerun.report import ChildReport, RerunResult, TestOutcome, merge_results
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify import sample
 from pytest_kernelfix.verify.judge import (
@@ -55,11 +67,13 @@ from pytest_kernelfix.verify.judge import (
 from pytest_kernelfix.verify.masks import kernel_output_unchanged, masked_verdict
 from pytest_kernelfix.verify.sensitivity import (
     BYPASS,
+    DOUBT,
     UNMEASURED,
     Judgement,
-    depends_on,
+    Runs,
     judge_kernel,
     judge_poisoned,
+    poisoned_runs,
 )
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
@@ -81,6 +95,22 @@ _BASELINE = ProbePlan(fingerprint=True, reach=True)
 
 Runner = Callable[[RerunSpec], RerunResult]
 Say = Callable[[str], None]
+
+
+class Child(Protocol):
+    """A rerun child that collected its tests once and runs phases on request
+    (:class:`~pytest_kernelfix.rerun.phased.PhasedChild`)."""
+
+    def run(self, spec: RerunSpec, name: str = "") -> RerunResult | None: ...
+
+    def close(self) -> None: ...
+
+
+class Opener(Protocol):
+    """A runner that can also open phased children (``Reruns.open``)."""
+
+    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
+             ) -> Child | None: ...
 
 
 class _Rejected(Exception):
@@ -115,8 +145,12 @@ class Verifier:
         self.broken_before: set[str] = set()
         #: Regression tests known to pass on the original code.
         self.passed_before: set[str] = set()
-        self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
+        #: Tests a candidate must still launch a kernel in: not one that expected an
+        #: exception, whose fix is to raise before the launch.
+        self.launched = frozenset(f.nodeid for f in group.failures
+                                  if f.launches and not expects_raise(f))
         self.baseline_findings: frozenset[str] = frozenset()
+        self.project = project
         self.workspace = Workspace(sandbox, project.protected_files(
             f.test_path for f in group.failures))
         self.sandbox = sandbox
@@ -127,9 +161,22 @@ class Verifier:
                                              f.test_path) for f in group.failures}
         self.base: RerunResult | None = None  # the representative on the original code
         self._attributed: tuple[str, ...] | None = None
+        #: The runs of the failed check that read the attributed kernel's output.
+        self._reading: Runs = frozenset()
         self._seen: set[str] = set()  # tests whose findings on the original code are known
         self._verified: frozenset[str] = frozenset()  # passed on this candidate elsewhere
         self.phases: list[Phase] = []
+        #: The open phased children: "original" (the bug's), "candidate" (this one's).
+        self._children: dict[str, Child | None] = {}
+        #: Outcomes already measured, per candidate and probe (:meth:`remember`).
+        self.known: dict[tuple[str, ProbePlan], dict[str, tuple[TestOutcome, RerunResult]]] | None
+        self.known = None
+        self._code = ""  # the digest of the candidate being verified
+        self._child_code = ""  # the candidate whose child stays open (outcomes kept)
+        self._lock = threading.Lock()
+        self._grown: tuple[BugGroup, tuple[str, ...]] | None = None
+        #: The failing and regression tests of the last verification that ran to its end.
+        self._verified_with: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
     @property
     def thorough(self) -> bool:
@@ -153,9 +200,60 @@ class Verifier:
             gate_target=self.setup.device.gate_target,
         )
 
+    # -- failures that arrive later (healing while the tests run) ---------------------
+
+    def remember(self) -> None:
+        """Keep every outcome a candidate's clean rerun measured, so that verifying the
+        same candidate again (after :meth:`extend`) reruns only the tests it has not run
+        yet with that probe: an outcome of a test does not depend on the tests run beside
+        it (the split of a rerun across children already relies on that)."""
+        if self.known is None:
+            self.known = {}
+
+    def extend(self, group: BugGroup, regression: Sequence[str]) -> None:
+        """The bug has more failing tests (``group``, a superset) or more regression tests
+        than when this verifier was made: the next verification covers them. Safe to call
+        from another thread; it takes effect when the next verification starts. The
+        representative, the baseline and what was measured on the original code stay."""
+        with self._lock:
+            self._grown = (group, tuple(regression))
+
+    def covers(self, failing: Sequence[str], regression: Sequence[str]) -> bool:
+        """Whether the last verification that ran to its end covered these tests."""
+        done_failing, done_regression = self._verified_with
+        return set(failing) <= done_failing and set(regression) <= done_regression
+
+    def retune(self, setup: RerunSetup) -> None:
+        """Rerun with ``setup`` from now on (the same suite: other jobs, priority)."""
+        self.setup = setup
+
+    def _grow(self) -> None:
+        with self._lock:
+            grown, self._grown = self._grown, None
+        if grown is None:
+            return
+        group, regression = grown
+        self.group = group
+        self.nodeids = group.nodeids
+        self.regression = tuple(n for n in regression if n not in self.nodeids)
+        self.launched = frozenset(f.nodeid for f in group.failures if f.launches)
+        self.sites = {**{f.nodeid: failing_site([(fr.path, fr.lineno) for fr in f.error.frames],
+                                                f.test_path) for f in group.failures},
+                      **self.sites}
+        self.workspace.protect(self.project.protected_files(
+            f.test_path for f in group.failures))
+
     def restore(self) -> None:
-        """Put the original bytes back for every file this verifier wrote."""
+        """Put the original bytes back for every file this verifier wrote; end its
+        children."""
+        self._close()
         self.workspace.restore()
+
+    def _close(self, *kinds: str) -> None:
+        for kind in kinds or tuple(self._children):
+            child = self._children.pop(kind, None)
+            if child is not None:
+                child.close()
 
     # -- running ---------------------------------------------------------------------
 
@@ -166,8 +264,70 @@ class Verifier:
         test or data files is a rejection (the original code's runs are not judged)."""
         spec = self._spec(name, nodeids, probe, stop_early, setup)
         started = time.monotonic()
-        result = self.runner(spec)
+        if self.known is not None and candidate and setup is None:
+            result = self._run_unknown(spec, name)
+        else:
+            result = self._fresh(spec, name, candidate and setup is None)
         return self._settle(name, spec.nodeids, time.monotonic() - started, result, candidate)
+
+    def _fresh(self, spec: RerunSpec, name: str, candidate: bool) -> RerunResult:
+        in_child = self._in_child(spec, name, candidate) if spec.setup is self.setup else None
+        return in_child if in_child is not None else self.runner(spec)
+
+    def _run_unknown(self, spec: RerunSpec, name: str) -> RerunResult:
+        """Rerun only the tests this candidate has not run with this probe, and give
+        back the result of all of them, in order (see :meth:`remember`)."""
+        assert self.known is not None
+        known = self.known.setdefault((self._code, spec.probe), {})
+        todo = tuple(n for n in spec.nodeids if n not in known)
+        fresh = self._fresh(replace(spec, nodeids=todo), name, True) if todo else None
+        if fresh is not None and clean(fresh):
+            for outcome in fresh.outcomes:
+                if spec.probe.poison or outcome.outcome == "passed":
+                    known[outcome.nodeid] = (outcome, fresh)
+        measured = {o.nodeid: o for o in fresh.outcomes} if fresh is not None else {}
+        outcomes = tuple(measured[n] if n in measured else known[n][0]
+                         for n in spec.nodeids if n in measured or n in known)
+        earlier = {id(run): run for n in spec.nodeids if n in known and n not in measured
+                   for run in (known[n][1],)}
+        base = fresh if fresh is not None else RerunResult((), 0, mode="fork", started=0)
+        report = functools.reduce(ChildReport.merged,
+                                  [run.report for run in earlier.values()] + [base.report])
+        return replace(base, outcomes=outcomes, report=report)
+
+    @property
+    def _phased(self) -> bool:
+        """Whether the runner opens phased children (else every phase is a rerun); a
+        wrapper of another runner says so in ``can_open``."""
+        return callable(getattr(self.runner, "open", None)) and bool(
+            getattr(self.runner, "can_open", True))
+
+    def _in_child(self, spec: RerunSpec, name: str, candidate: bool) -> RerunResult | None:
+        """The rerun as a phase of the child of the code in the sandbox (the candidate's,
+        or the original's), opened on first use; None where there is none or it cannot
+        run these tests (then it is a rerun of its own). With outcomes kept
+        (:meth:`remember`) the candidate's child collects whole test files and lives on
+        while the candidate is checked again; one that lacks a new test is replaced."""
+        if not self._phased:
+            return None
+        kind = "candidate" if candidate else "original"
+        for attempt in (1, 2):
+            if kind not in self._children:
+                self._children[kind] = self._open(candidate)
+            child = self._children[kind]
+            result = child.run(spec, name) if child is not None else None
+            if result is not None or attempt == 2 or not candidate or self.known is None:
+                return result
+            self._close(kind)  # collected before these tests failed: collect them now
+        return None
+
+    def _open(self, candidate: bool) -> Child | None:
+        collect = self.nodeids + (self._kept() if candidate or self.thorough else ())
+        if candidate and self.known is not None:
+            collect = tuple(dict.fromkeys(nodeid.partition("::")[0] for nodeid in collect))
+            self._child_code = self._code
+        opener: Opener = self.runner  # type: ignore[assignment]
+        return opener.open(self.setup, self.sandbox.root, collect)
 
     def _spec(self, name: str, nodeids: Sequence[str], probe: ProbePlan = _PLAIN,
               stop_early: bool = False, setup: RerunSetup | None = None) -> RerunSpec:
@@ -176,9 +336,14 @@ class Verifier:
                          stop_early=stop_early)
 
     def _together(self, runs: Sequence[tuple[str, Sequence[str], ProbePlan]], *,
-                  candidate: bool = True) -> list[RerunResult]:
-        """Independent reruns of the same code at the same time (each child is a process
-        of its own), settled in the order given."""
+                  candidate: bool = True) -> Iterator[RerunResult]:
+        """Independent reruns of the same code, settled in the order given: one after
+        another in the code's phased child, or when outcomes are kept (a caller that stops
+        reading runs no more), else at the same time (each child a process of its own)."""
+        if self._phased or self.known is not None:
+            for name, nodeids, probe in runs:
+                yield self._run(name, nodeids, probe=probe, candidate=candidate)
+            return
         specs = [self._spec(name, nodeids, probe) for name, nodeids, probe in runs]
         results: list[RerunResult | None] = [None] * len(specs)
         errors: list[BaseException] = []
@@ -202,9 +367,9 @@ class Verifier:
             thread.join()
         if errors:
             raise errors[0]
-        return [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
-                             candidate) for i, ((name, _, _), spec) in enumerate(
-                    zip(runs, specs, strict=True))]
+        yield from [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
+                                 candidate) for i, ((name, _, _), spec) in enumerate(
+                        zip(runs, specs, strict=True))]
 
     def _settle(self, name: str, nodeids: tuple[str, ...], seconds: float,
                 result: RerunResult, candidate: bool = True) -> RerunResult:
@@ -294,8 +459,12 @@ class Verifier:
         """The verdict on ``candidate``. ``verified``: regression tests already verified
         passing on this very candidate (an earlier bug's patch, when it is the whole
         change): they are not rerun."""
+        self._grow()
         self.phases = []
         self._verified = frozenset(verified)
+        self._code = digest(candidate)
+        if self._child_code != self._code:  # another candidate's child is of no use
+            self._close("candidate")
         self.workspace.write(candidate)
         tampered = self.workspace.tampered()
         if tampered:
@@ -305,6 +474,11 @@ class Verifier:
             verdict = self._verify(candidate)
         except _Rejected as rejected:
             verdict = rejected.verdict
+        finally:
+            if self.known is None:
+                self._close("candidate")
+        self._verified_with = (frozenset(self.nodeids),
+                               frozenset(self.regression) | frozenset(self.nodeids))
         return replace(verdict, phases=tuple(self.phases))
 
     def _verify(self, candidate: Mapping[str, str]) -> Verdict:
@@ -430,9 +604,8 @@ class Verifier:
         runs[1:1] = [(f"sensitivity (nan, only {kernel.rpartition('::')[2]})", (self.first,),
                       ProbePlan(poison="nan", kernels=(kernel,), reach=True))
                      for kernel in kernels]
-        results = dict(zip((name for name, _, _ in runs), self._together(runs), strict=True))
         notes: list[str] = []
-        for (name, _, probe), result in zip(runs, results.values(), strict=True):
+        for (name, _, probe), result in zip(runs, self._together(runs), strict=False):
             unmeasured = False
             if probe.kernels:
                 verdict = self._per_kernel(result, probe.kernels[0], notes)
@@ -474,8 +647,8 @@ class Verifier:
 
     def attributed(self, candidate: Mapping[str, str]) -> tuple[str, ...]:
         """The kernel the representative's failed check reads on the original code: of
-        the kernels it launched, the last launched whose NaN output reaches that check
-        (measured once per bug, on the original code)."""
+        the kernels it launched, the last launched whose NaN output reaches a run of
+        that check that failed (measured once per bug, on the original code)."""
         if self._attributed is not None:
             return self._attributed
         self._attributed = ()
@@ -493,9 +666,11 @@ class Verifier:
                 [(f"attribution ({kernel.rpartition('::')[2]})", (self.first,),
                   ProbePlan(poison="nan", kernels=(kernel,), reach=True)) for kernel in tries],
                 candidate=False)
+            before = self.before(self.first)
             for kernel, result in zip(tries, results, strict=True):
-                if depends_on(result, self.first, line):
-                    self._attributed = (kernel,)
+                runs = poisoned_runs(result, self.first, line, before)
+                if runs is None or runs:
+                    self._attributed, self._reading = (kernel,), runs
                     return
 
         self._on_originals(candidate, find)
@@ -512,11 +687,28 @@ class Verifier:
                          "not used)")
             return Verdict(True, "not launched")
         judgement = judge_kernel(result, {self.first: self.sites.get(self.first, 0)}, kernel,
-                                 {self.first: self.before(self.first)})
+                                 {self.first: self.before(self.first)},
+                                 {self.first: self._reading})
         if judgement.state == BYPASS:
             return Verdict(False, judgement.summary, judgement.feedback,
                            kind=VerdictKind.INSENSITIVE)
+        if judgement.state == DOUBT:  # never a refusal: said beside the verdict
+            notes.append(judgement.summary)
         return Verdict(True, judgement.summary)
+
+
+def digest(files: Mapping[str, str]) -> str:
+    """What identifies a candidate: its files' paths and texts."""
+    data = hashlib.sha256()
+    for path in sorted(files):
+        data.update(path.encode() + b"\0" + files[path].encode() + b"\0")
+    return data.hexdigest()
+
+
+def clean(result: RerunResult) -> bool:
+    """A rerun that ended by itself and said everything: its outcomes stand alone."""
+    return not (result.timed_out or result.signal or result.collection_errors
+                or result.report_error or result.report.integrity_error or result.running)
 
 
 def as_run(result: RerunResult) -> RerunResult:

@@ -22,6 +22,10 @@ class Workspace:
         self.protected = tuple(protected)
         self.written: dict[str, str] = {}
 
+    def protect(self, more: Sequence[str]) -> None:
+        """Protect these files too (the test files of failures that arrived later)."""
+        self.protected = tuple(dict.fromkeys((*self.protected, *more)))
+
     def write(self, files: Mapping[str, str]) -> None:
         for path, text in files.items():
             if self.written.get(path) != text:

@@ -99,3 +99,39 @@ def copy_rows_below_level(x_ptr, out_ptr, n, levels, BLOCK: tl.constexpr, LEVEL:
     mask = (rows < n)[:, None] & (levels > LEVEL)
     values = tl.load(x_ptr + rows[:, None], mask=mask, other=0.0)
     tl.store(out_ptr + rows[:, None], values, mask=mask)
+
+
+@triton.jit
+def _lowest(dtype):
+    """The smallest value of ``dtype``; compiled, ``dtype`` arrives as a constexpr."""
+    kind = dtype.value
+    if kind.is_floating():
+        low: tl.constexpr = float("-inf")
+        return low
+    bits: tl.constexpr = kind.int_bitwidth
+    low_int: tl.constexpr = -(2 ** (bits - 1))
+    return low_int
+
+
+@triton.jit
+def running_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """The maximum of ``x``, starting from the lowest value of its dtype."""
+    cols = tl.arange(0, BLOCK)
+    kind = x_ptr.dtype.element_ty
+    best = tl.full((BLOCK,), _lowest(kind), dtype=kind)
+    values = tl.load(x_ptr + cols, mask=cols < n, other=_lowest(kind))
+    best = tl.maximum(best, values)
+    tl.store(out_ptr, tl.max(best, axis=0))
+
+
+@triton.jit
+def copy_inside(x_ptr, out_ptr, rows, cols, BLOCK: tl.constexpr, CHECK: tl.constexpr):
+    """Copies the ``rows x cols`` top-left corner of a ``BLOCK x BLOCK`` tile; the mask is
+    written with ``and`` (the compiler combines tensors elementwise), and a constexpr
+    ``CHECK`` in front of it short-circuits."""
+    r = tl.arange(0, BLOCK)[:, None]
+    c = tl.arange(0, BLOCK)[None, :]
+    inside = CHECK and r < rows and c < cols
+    outside = r >= rows or c >= cols
+    values = tl.load(x_ptr + r * BLOCK + c, mask=inside, other=-1.0)
+    tl.store(out_ptr + r * BLOCK + c, tl.where(outside, -2.0, values))

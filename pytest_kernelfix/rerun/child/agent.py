@@ -30,11 +30,16 @@ from pytest_kernelfix.capture.errors import ErrorInfo, describe_exception
 from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.rerun.child.bootstrap import mark_phase, phases
 from pytest_kernelfix.rerun.child.imports import installed_finder
-from pytest_kernelfix.rerun.plan import RerunPlan, load_plan
+from pytest_kernelfix.rerun.plan import ProbePlan, RerunPlan, load_plan
 from pytest_kernelfix.rerun.probes.checks import ReachMode
 from pytest_kernelfix.rerun.probes.compiles import CompileCounter
 from pytest_kernelfix.rerun.probes.integrity import CodeSites, IntegrityCheck
-from pytest_kernelfix.rerun.probes.poison import Poisoner, make_observer, remove_mode
+from pytest_kernelfix.rerun.probes.poison import (
+    TAINT_LETTERS,
+    Poisoner,
+    make_observer,
+    remove_mode,
+)
 from pytest_kernelfix.rerun.report import (
     CheckSite,
     ChildReport,
@@ -66,19 +71,20 @@ class RerunAgent:
         self.plan = plan
         self.output = Path(plan.output)
         self.integrity = integrity
-        sites = integrity.sites if integrity is not None else CodeSites(plan.sandbox_root)
+        self.sites = integrity.sites if integrity is not None else CodeSites(plan.sandbox_root)
         probe = plan.probe
-        self.poisoner = Poisoner(probe.poison, sites, kernels=frozenset(probe.kernels),
-                                 fingerprint=probe.fingerprint) if probe.active else None
+        self.poisoner = self._poisoner(probe)
         self.observer: Any = None
         self.reach: ReachMode | None = None
-        if probe.reach:
+        if probe.reach or plan.control:  # a phased child guards checks for its reach phases
             self.reach = ReachMode(tuple(config.getini("python_files")), plan.sandbox_root)
+            self.reach.log.enabled = probe.reach
         # Each launch is written as it first happens: a kernel that crashes the process
         # has already said what it launched, and from where.
         self.recorder = LaunchRecorder(
             config.rootpath, on_new=self._launched, on_launch=self.poisoner
         )
+        self.last_outcome = ""
         self._running = ""
         self.kernels: dict[KernelLaunch, object] = {}  # every launch of the run, for the gate
         self.compiles = CompileCounter()
@@ -88,6 +94,44 @@ class RerunAgent:
         self._probes: dict[str, Probe] = {}
         self.report = ChildReport()
         self._fd = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _poisoner(self, probe: ProbePlan) -> Poisoner | None:
+        return Poisoner(probe.poison, self.sites, kernels=frozenset(probe.kernels),
+                        fingerprint=probe.fingerprint) if probe.active else None
+
+    def use_phase(self, probe: ProbePlan, output: Path) -> None:
+        """Probe the next tests as ``probe`` says and write their events to ``output``
+        (a phase of a phased child, in the process that runs it); the report so far is
+        written there first."""
+        self.plan = replace(self.plan, probe=probe, output=str(output))
+        self.poisoner = self._poisoner(probe)
+        self.recorder.on_launch = self.poisoner
+        self.recorder.reset()
+        self.observer = None
+        if self.reach is not None:
+            self.reach.log.enabled = probe.reach
+        self.kernels = {}
+        os.close(self._fd)
+        self.output = output
+        self._fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.update()
+
+    def finish_phase(self) -> None:
+        """What the end of a session does for a one-shot rerun, for one phase: the
+        compile gate on the kernels the phase launched (not in poisoned phases: their
+        outputs were replaced, and no verdict reads their gate), the compile counts and
+        the last report."""
+        mark_phase("tests")
+        changes: dict[str, Any] = {}
+        if self.plan.device.gate and not self.plan.probe.poison:
+            changes["gate"] = self._gate(self.plan.device.gate_target)
+            mark_phase("gate")
+        if self.compiles.installed:
+            changes["compile_cache"] = self.compiles.counts()
+        if self.poisoner is not None and self.poisoner.errors:
+            changes["poison_errors"] = tuple(sorted(set(self.poisoner.errors))[:20])
+        mark_phase("end")
+        self.update(**changes, import_mapping=self._import_mapping(), phases=phases())
 
     def emit(self, event: str, **data: Any) -> None:
         line = json.dumps({"event": event, **data}, default=repr) + "\n"
@@ -176,8 +220,9 @@ class RerunAgent:
         self.poisoner.reset()
         self.poisoner.active = True
         if self.observer is None:
-            self.observer = make_observer(self.poisoner.sites,
-                                          taint=self.plan.probe.poison == "nan")
+            self.observer = make_observer(
+                self.poisoner.sites, taint=self.plan.probe.poison == "nan",
+                runs=self.reach.log.run_index if self.reach is not None else None)
             if self.integrity is not None:
                 self.integrity.allow(self.observer)
         self.observer.reset(test_file)
@@ -188,19 +233,25 @@ class RerunAgent:
         """What the probes saw in this test, per check site too."""
         assert self.poisoner is not None
         read: dict[int, list[Any]] = observer.sites if observer is not None else {}
-        ran = self.reach.log.sites if self.reach is not None else {}
+        on = self.reach is not None and self.reach.log.enabled
+        ran = self.reach.log.sites if self.reach is not None and on else {}
         sites = []
         for line in sorted(set(read) | set(ran)):
-            reads, taint = read.get(line, (0, ""))
+            reads, taint, per_run = read.get(line, (0, "", {}))
             count = ran.get(line)
+            per_run = dict(per_run)
+            taints = "".join(TAINT_LETTERS[per_run.get(run, "")] for run in range(
+                len(count.outcomes))) if count and per_run else ""
             sites.append(CheckSite(line, reads, taint, count.runs if count else 0,
                                    count.failures if count else 0,
-                                   count.outcomes if count else ""))
-        reached = self.reach is not None and os.path.abspath(test_file) in self.reach.transformed
+                                   count.outcomes if count else "", taints))
+        reached = (self.reach is not None and on
+                   and os.path.abspath(test_file) in self.reach.transformed)
         return Probe(self.poisoner.launches, self.poisoner.poisoned,
                      observer.checks if observer is not None else 0,
                      observer.taint if observer is not None else "", tuple(sites), reached,
-                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints))
+                     tuple(Fingerprint(*item) for item in self.poisoner.fingerprints),
+                     observer.blind if observer is not None else 0)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -232,6 +283,7 @@ class RerunAgent:
         )
         self._errors = {key: value for key, value in self._errors.items() if key[0] != nodeid}
         self.kernels.update(self.recorder.kernels)
+        self.last_outcome = outcome
         self.emit("test", **result.to_json())
 
     def pytest_collection_finish(self) -> None:
@@ -382,6 +434,10 @@ def pytest_configure(config: pytest.Config) -> None:
     agent = RerunAgent(config, plan, config.stash.get(integrity_key, None))
     config.stash[agent_key] = agent
     config.pluginmanager.register(agent, "kernelfix-rerun-agent")
+    if plan.control:
+        from pytest_kernelfix.rerun.child.phases import PhaseServer
+
+        config.pluginmanager.register(PhaseServer(agent), "kernelfix-rerun-phases")
     agent.start()
     failed = config.stash.get(integrity_error_key, "")
     if failed:

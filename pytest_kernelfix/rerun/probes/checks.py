@@ -10,9 +10,13 @@ on to its next check. The test's data flow is untouched (checks compute nothing 
 uses later); only its verdicts stop being fatal, so a reach-mode outcome is read from the
 record, never from pytest's pass or fail.
 
-A check is named by its *site*: the line of the test function's own statement that led
-to it (the outermost frame in the test's file), so a check made inside a helper is named
-by the helper's call, as it is in the original failure's traceback.
+A check is named by its *site*: the line of the innermost frame in the test's file, the
+check statement itself, also inside a helper of the test module (a helper that holds a
+forward check and a gradient check has two sites, as its traceback has two lines). A
+check made in a conftest or a test utility module, which is not guarded, is named by the
+line in the test's file that called it, as it is in the original failure's traceback.
+The guarded statements run at one site are told apart by the order they ran in (a loop
+over outputs).
 
 The transform is applied to test modules only (``python_files``), where pytest rewrites
 their asserts; statements inside ``with pytest.raises(...)`` and inside a ``try`` that
@@ -76,18 +80,22 @@ def _expects_raise(statement: ast.With | ast.AsyncWith) -> bool:
 
 
 def _guarded(statement: ast.stmt) -> ast.Try:
-    """``try: STATEMENT / except AssertionError: record(False) / else: record(True)``,
-    every new node on the statement's own lines."""
+    """``try: STATEMENT / except AssertionError: if not record(False): raise / else:
+    record(True)``, every new node on the statement's own lines.
 
-    def record(passed: bool) -> ast.stmt:
-        call = ast.Call(ast.Name(RECORDER, ast.Load()), [ast.Constant(passed)], [])
-        return ast.Expr(call)
+    The recorder answers whether the failure is swallowed: while reach mode is off (a
+    plain phase of a phased child) it is not, and the bare ``raise`` re-raises the
+    failure with its traceback untouched, as if the statement were not guarded."""
 
+    def call(passed: bool) -> ast.Call:
+        return ast.Call(ast.Name(RECORDER, ast.Load()), [ast.Constant(passed)], [])
+
+    reraise = ast.If(test=ast.UnaryOp(ast.Not(), call(False)), body=[ast.Raise()], orelse=[])
     wrapped = ast.Try(
         body=[statement],
         handlers=[ast.ExceptHandler(ast.Name("AssertionError", ast.Load()), None,
-                                    [record(False)])],
-        orelse=[record(True)],
+                                    [reraise])],
+        orelse=[ast.Expr(call(True))],
         finalbody=[],
     )
     own = {id(node) for node in ast.walk(statement)}
@@ -168,20 +176,22 @@ def wrap_checks(tree: ast.Module) -> int:
 
 
 def site_line(frame: FrameType | None, test_file: str) -> int:
-    """The line of the outermost frame running ``test_file`` (the test function's own
-    statement), from ``frame`` outwards; 0 when none runs it."""
-    line = 0
+    """The line of the innermost frame running ``test_file`` (the check statement, in the
+    test function or a helper of its module), from ``frame`` outwards; 0 when none runs
+    it."""
     while frame is not None:
         if frame.f_code.co_filename == test_file:
-            line = frame.f_lineno
+            return frame.f_lineno
         frame = frame.f_back
-    return line
+    return 0
 
 
 def failing_site(frames: Sequence[tuple[str, int]], test_file: str) -> int:
     """The site of a failure from its traceback frames ``(path, line)``, outermost first:
-    the line of the outermost frame in ``test_file``; 0 when no frame is there."""
-    return next((line for path, line in frames if os.path.abspath(path) == test_file), 0)
+    the line of the innermost frame in ``test_file`` (the check that failed, also inside
+    a helper of the test module); 0 when no frame is there."""
+    return next((line for path, line in reversed(frames)
+                 if os.path.abspath(path) == test_file), 0)
 
 
 # -- the record ----------------------------------------------------------------------------
@@ -203,23 +213,36 @@ class SiteCount:
 
 
 class CheckLog:
-    """Counts the guarded check statements of the running test, by site."""
+    """Counts the guarded check statements of the running test, by site.
+
+    While not ``enabled`` it records nothing and a failed check is raised as usual:
+    the guards stay in the code, inert (a phased child's plain phases)."""
 
     def __init__(self) -> None:
         self.test_file = ""
         self.sites: dict[int, SiteCount] = {}
+        self.enabled = True
 
     def start(self, test_file: str) -> None:
         self.test_file = test_file
         self.sites = {}
 
-    def __call__(self, passed: bool) -> None:
+    def run_index(self, line: int) -> int:
+        """Which run of the check at ``line`` is running: how many have ended."""
+        count = self.sites.get(line)
+        return count.runs if count is not None else 0
+
+    def __call__(self, passed: bool) -> bool:
+        """Record one check; True: its failure is swallowed (the test goes on)."""
+        if not self.enabled:
+            return False
         line = site_line(sys._getframe(1), self.test_file)
         count = self.sites.setdefault(line, SiteCount())
         count.runs += 1
         count.failures += not passed
         if len(count.outcomes) < MAX_OUTCOMES:
             count.outcomes += "P" if passed else "F"
+        return True
 
 
 # -- installing reach mode -----------------------------------------------------------------

@@ -42,12 +42,18 @@ VALUE_READS = frozenset({
     "__bool__", "__float__", "__int__", "__index__", "__complex__", "isnan", "isinf",
     "isfinite", "isposinf", "isneginf",
 })
+#: Reads that cannot tell scrambled values from right ones: NaN and infinity predicates,
+#: and a boolean (a predicate's result) read back into Python.
+BLIND_READS = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf"})
+_READ_BACK = frozenset({"__bool__", "item", "tolist", "__int__", "__float__", "__index__"})
 #: Launches fingerprinted per test, at most (a loop of launches is summarised by its first).
 MAX_FINGERPRINTS = 64
 #: How much poison the checked tensors carried, least to most telling: one tensor that
 #: holds poison only in part (a result partly put in place after the launch) outweighs
 #: any number that hold it throughout.
 TAINT_ORDER = ("", "clean", "full", "partial")
+#: One letter per taint, for the taint of each run of a check site (``-``: no read).
+TAINT_LETTERS = {"": "-", "clean": "C", "full": "F", "partial": "P"}
 
 
 @contextlib.contextmanager
@@ -255,8 +261,12 @@ def _taint(tensor: Any) -> str:
     return "full" if bad == tensor.numel() else "partial"
 
 
-def make_observer(sites: CodeSites, *, taint: bool) -> Any:
-    """A torch function mode that watches the test's value checks (see the module doc)."""
+def make_observer(sites: CodeSites, *, taint: bool,
+                  runs: Callable[[int], int] | None = None) -> Any:
+    """A torch function mode that watches the test's value checks (see the module doc).
+    ``runs`` says which run of the check at a line is running (reach mode): each run's
+    reads are then tainted apart, so a loop of checks over several kernels' outputs says
+    which of its runs read which poison."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -267,21 +277,23 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
 
         def reset(self, test_file: str = "") -> None:
             self.checks = 0
+            self.blind = 0  # of which NaN and infinity checks (see BLIND_READS)
             self.taint = ""
             self.foreign: set[str] = set()
             self.test_file = test_file
-            #: site line -> [value reads, worst taint] (see :mod:`.checks`)
+            #: site line -> [value reads, worst taint, {run: worst taint}] (see :mod:`.checks`)
             self.sites: dict[int, list[Any]] = {}
 
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
-            if getattr(func, "__name__", "") in VALUE_READS:
+            name = getattr(func, "__name__", "")
+            if name in VALUE_READS:
                 with contextlib.suppress(Exception):  # watching must never break the test
-                    self._observe((*args, *kwargs.values()), sys._getframe(1))
+                    self._observe((*args, *kwargs.values()), sys._getframe(1), name)
             return func(*args, **kwargs)
 
-        def _observe(self, values: tuple[Any, ...], frame: Any) -> None:
+        def _observe(self, values: tuple[Any, ...], frame: Any, name: str = "") -> None:
             tensors = list(_tensors(values))
             for tensor in tensors:
                 if type(tensor) is not torch.Tensor:
@@ -295,12 +307,17 @@ def make_observer(sites: CodeSites, *, taint: bool) -> Any:
                 if not present:
                     return
                 self.checks += 1
-                site = self.sites.setdefault(site_line(frame, self.test_file), [0, ""])
+                self.blind += name in BLIND_READS or (
+                    name in _READ_BACK and all(t.dtype == torch.bool for t in present))
+                line = site_line(frame, self.test_file)
+                site = self.sites.setdefault(line, [0, "", {}])
                 site[0] += 1
                 if taint:
                     worst = max((_taint(t) for t in present), key=TAINT_ORDER.index)
                     self.taint = max(self.taint, worst, key=TAINT_ORDER.index)
                     site[1] = max(site[1], worst, key=TAINT_ORDER.index)
+                    run = runs(line) if runs is not None else 0
+                    site[2][run] = max(site[2].get(run, ""), worst, key=TAINT_ORDER.index)
 
     return Observer()
 

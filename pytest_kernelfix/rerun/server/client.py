@@ -136,10 +136,10 @@ class RerunServer:
             self._ready = True
 
     def run(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: Path,
-            timeout: float, stop: threading.Event | None = None) -> ForkResult:
-        """Run one forked rerun child (``sys.argv[1:]`` = ``argv``) to its end, or until
-        ``stop`` is set (the server then kills its group); raises
-        :class:`ForkUnavailable` when none was started."""
+            timeout: float, stop: threading.Event | None = None, nice: int = 0) -> ForkResult:
+        """Run one forked rerun child (``sys.argv[1:]`` = ``argv``, its priority lowered
+        by ``nice``) to its end, or until ``stop`` is set (the server then kills its
+        group); raises :class:`ForkUnavailable` when none was started."""
         self.ready()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -152,7 +152,7 @@ class RerunServer:
             finally:
                 theirs.close()
             request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "log": str(log),
-                       "timeout": timeout}
+                       "timeout": timeout, "nice": nice}
             mine.sendall(json.dumps(request).encode() + b"\n")
             deadline = time.monotonic() + timeout + GRACE
             started = read_event(mine, deadline)

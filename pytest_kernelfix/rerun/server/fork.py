@@ -25,11 +25,15 @@ from pytest_kernelfix.rerun.server.wire import PROFILE_ENV
 
 
 def child_main(argv: list[str], cwd: str, env: dict[str, str], log: str,
-               server_fds: Sequence[int]) -> None:
-    """Become a fresh rerun child and run the agent; never returns."""
+               server_fds: Sequence[int], nice: int = 0) -> None:
+    """Become a fresh rerun child (its priority lowered by ``nice``) and run the agent;
+    never returns."""
     code = 1
     try:
         os.setsid()
+        if nice:
+            with contextlib.suppress(OSError):
+                os.nice(nice)
         for fd in server_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -194,6 +194,7 @@ class _Loop:
             env = {str(k): str(v) for k, v in request["env"].items()}
             cwd, log = str(request["cwd"]), str(request["log"])
             timeout = float(request["timeout"])
+            nice = int(request.get("nice", 0))
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             send_line(conn, {"event": "refused", "reason": f"bad request: {error!r}"})
             conn.close()
@@ -212,7 +213,7 @@ class _Loop:
                 stream.flush()
         pid = os.fork()
         if pid == 0:
-            child_main(argv, cwd, env, log, ours)  # never returns
+            child_main(argv, cwd, env, log, ours, nice)  # never returns
         pidfd = -1
         if hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):
