@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelfix.locate import green as green_module
-from pytest_kernelfix.locate.base import find_git_base, git_change, resolve_changes
+from pytest_kernelfix.locate.base import (
+    change_waits,
+    find_git_base,
+    git_change,
+    resolve_changes,
+)
 from pytest_kernelfix.locate.green import GreenStore
 from pytest_kernelfix.project import Project
 
@@ -65,10 +70,14 @@ def test_auto_outside_ci_is_the_uncommitted_edits(repo: Path) -> None:
     assert why == "" and base is not None and not base.ci
     assert base.label == "HEAD (uncommitted changes)"
     assert git_change(base, Project(repo)) is None  # a clean tree: nothing changed
+    assert change_waits("auto", Project(repo), {}) == ""  # heals while the tests run
     (repo / "kernels" / "k.py").write_text("a = 1\nb = 5\n")
     change = git_change(base, Project(repo))
     assert change is not None and [c.path for c in change.files] == ["kernels/k.py"]
     assert change.files[0].base == "a = 1\nb = 3\n"
+    # a change to bisect: healing waits for the end of the run, unless no base is wanted
+    assert change_waits("auto", Project(repo), {}) == "HEAD (uncommitted changes)"
+    assert change_waits("none", Project(repo), {}) == ""
 
 
 def test_a_pull_request_compares_with_its_merge_base(repo: Path, tmp_path: Path) -> None:
@@ -117,7 +126,9 @@ def test_the_last_green_state_is_a_base_without_git(tmp_path: Path) -> None:
     store.record(project, ["tests/test_k.py::test_k"])
     assert store.change("tests/test_k.py::test_k", project) is None  # nothing changed
     assert store.change("tests/test_k.py::test_other", project) is None  # no record
+    assert change_waits("auto", project, {}, green=store.folder) == ""
     (tmp_path / "kernels" / "k.py").write_text("a = 2\n")
+    assert change_waits("auto", project, {}, green=store.folder) == "the last green run"
     (tmp_path / "kernels" / "new.py").write_text("n = 1\n")
     change = store.change("tests/test_k.py::test_k", project)
     assert change is not None and change.base.startswith("the last green run of tests/")
@@ -132,6 +143,7 @@ def test_the_last_green_state_is_a_base_without_git(tmp_path: Path) -> None:
     store.record(project, ["tests/test_k.py::test_other"])
     assert len(set((store.folder / "blobs").iterdir()) - blobs) == 2
     assert store.change("tests/test_k.py::test_k", project) == change
+    assert not store.differs(project)  # the newest state is the files as they are
 
 
 def test_the_record_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

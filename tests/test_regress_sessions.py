@@ -230,6 +230,8 @@ def test_a_committed_change_is_bisected_to_the_culprit_hunk(
     assert re.search(rf"regression since HEAD~1 \([0-9a-f]+\): line {line} of kernels/ops.py "
                      "introduced it", out)
     assert "(a revert of the change)" in out
+    # healing while the tests run gave way to the experiment, which needs the change
+    assert "healing begins after the tests: the change since HEAD~1 (" in out
     notice = next(row for row in out.splitlines() if row.startswith("::notice")
                   and "scale_kernel" in row)
     assert f"file=kernels/ops.py,line={line}," in notice
