@@ -339,3 +339,24 @@ def test_capture_runs_where_tests_run_and_healing_where_reports_arrive(
     controller = {"capture": False, "controller": True, "names": ["kernelfix-controller"]}
     worker = {"capture": True, "controller": False, "names": ["kernelfix-capture"]}
     assert roles("-n", "2") == [("main", controller), ("worker", worker), ("worker", worker)]
+
+
+def test_the_projects_own_options_reach_the_reruns(pytester: pytest.Pytester) -> None:
+    """A conftest option picks what a node id runs (``--shapes quick``): the sandbox
+    reruns get it too, or the failure would not reproduce there."""
+    make_project(pytester)
+    pytester.makeconftest(
+        "def pytest_addoption(parser):\n"
+        "    parser.addoption('--shapes', default='all')\n")
+    (pytester.path / "tests" / "test_ops.py").write_text(
+        "import pytest\nimport torch\n\nfrom kernels.ops import scale\n\n\n"
+        "@pytest.mark.kernel\ndef test_scale_quick(request):\n"
+        "    if request.config.getoption('--shapes') != 'quick':\n"
+        "        pytest.skip('the full shapes need a GPU')\n"
+        "    x = torch.arange(100, dtype=torch.float32)\n"
+        "    torch.testing.assert_close(scale(x, 2.0), x * 2.0)\n")
+    tape = write_cassette(pytester.path / "tape.jsonl", [FIX], group="scale_kernel-*")
+    result = heal(pytester, "tests", "--shapes", "quick", f"--kernelfix-model=replay:{tape}")
+    result.assert_outcomes(failed=1)
+    (bug,) = report_of(pytester.path)["bugs"]
+    assert bug["status"] == "healed", bug

@@ -118,12 +118,16 @@ def test_an_unreadable_plan_file_is_a_plan_error(tmp_path: Path) -> None:
         load_plan({PLAN_ENV: str(tmp_path / "plan.json")})
 
 
-def test_carried_args_keep_plugins_warnings_and_strictness_only() -> None:
+def test_carried_args_keep_the_projects_options_and_drop_what_breaks_a_rerun() -> None:
     args = ["tests/", "-k", "gelu", "-p", "xdist", "-pno:randomly", "-W", "error",
             "--import-mode=importlib", "-o", "addopts=-x", "-o", "xfail_strict=true",
             "--strict-markers", "-p", "kernelfix", "--junitxml", "out.xml", "-x",
-            "-p", "pytest_kernelfix.plugin", "-ppytest_kernelfix.plugin"]
-    assert carried_args(args) == (
-        "-p", "xdist", "-p", "no:randomly", "-W", "error", "--import-mode", "importlib",
-        "-o", "xfail_strict=true", "--strict-markers",
+            "-p", "pytest_kernelfix.plugin", "-ppytest_kernelfix.plugin",
+            "--mode", "quick", "--gpu-shapes=small", "-n", "2", "--kernelfix-rounds", "3",
+            "--override-ini=addopts=-q", "-oaddopts=-v", "tests/test_k.py::test_a", "-v",
+            "--co"]
+    assert carried_args(args, ["tests/", "tests/test_k.py::test_a"]) == (
+        "-p", "xdist", "-pno:randomly", "-W", "error", "--import-mode=importlib",
+        "-oxfail_strict=true", "--strict-markers", "--mode", "quick", "--gpu-shapes=small",
+        "-v",
     )

@@ -52,6 +52,8 @@ _DROPPED_LONG: dict[str, _Arity] = {
     "--only-rerun": _1,
     # selection and debuggers: the nodeids are the selection; nobody is at the terminal
     "--deselect": _1, "--pdb": _N, "--pdbcls": _1, "--trace": _N,
+    # a rerun runs its tests
+    "--collect-only": _N, "--co": _N, "--setup-only": _N, "--setup-plan": _N,
     # set by the rerun itself
     "--rootdir": _1, "--config-file": _1, "--inifile": _1,
 }
@@ -175,34 +177,39 @@ def map_root_paths(args: Sequence[str], source: Path, target: Path) -> tuple[str
     return tuple(mapped)
 
 
-#: Command-line options of the session that reruns must keep (plugins, import mode).
-_CARRIED_WITH_VALUE = ("-p", "-W", "--pythonwarnings", "--import-mode", "-o", "--override-ini")
-_CARRIED_FLAGS = ("--strict-markers", "--strict-config", "--strict")
+def carried_args(args: Sequence[str], positional: Sequence[str] = ()) -> tuple[str, ...]:
+    """The session's command line as a rerun of a few nodeids needs it.
 
-
-def carried_args(args: Sequence[str]) -> tuple[str, ...]:
-    """The session's own options a rerun of a few nodeids needs too.
-
-    Paths, selections and report options stay behind; so do ``-o addopts=...`` (the
-    rerun sets its own filtered ``addopts``) and ``-p kernelfix`` by any name
-    (``-p pytest_kernelfix.plugin`` too: the rerun's agent stands in for it).
+    The project's own options go along (a conftest's ``--mode quick`` picks the shapes a
+    node id runs: without it the same node id tests something else), with plugins,
+    warnings and strictness. What :func:`filter_addopts` drops stays behind, and so do the
+    ``positional`` arguments (paths and node ids: the rerun's nodeids are its selection),
+    ``-o addopts=...`` (the rerun sets its own filtered ``addopts``) and ``-p kernelfix``
+    by any name (the rerun's agent stands in for it).
     """
+    places = set(positional)
+    tokens = filter_addopts([arg for arg in args if arg not in places])
     kept: list[str] = []
-    remaining = iter(args)
-    for arg in remaining:
-        if arg in _CARRIED_FLAGS:
-            kept.append(arg)
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        name, value = _override(token)
+        if name is not None and not value and index < len(tokens):
+            value = tokens[index]
+            index += 1
+            token = f"{token}={value}" if token.startswith("--") else f"{token}{value}"
+        if name is not None and value.startswith("addopts="):
             continue
-        if arg.startswith("--"):
-            name, _, value = arg.partition("=")
-        else:
-            name, value = arg[:2], arg[2:]
-        if name not in _CARRIED_WITH_VALUE:
-            continue
-        value = value or next(remaining, "")
-        dropped = (name in ("-o", "--override-ini") and value.startswith("addopts=")) or (
-            name == "-p" and (value == "no:kernelfix" or _drop_plugin(value))
-        )
-        if value and not dropped:
-            kept += [name, value]
+        kept.append(token)
     return tuple(kept)
+
+
+def _override(token: str) -> tuple[str | None, str]:
+    """``-o`` / ``--override-ini`` and its attached value, if ``token`` is one."""
+    if token.startswith("--override-ini"):
+        name, _, value = token.partition("=")
+        return (name, value) if name == "--override-ini" else (None, "")
+    if token.startswith("-o") and not token.startswith("--"):
+        return "-o", token[2:].lstrip("=")
+    return None, ""

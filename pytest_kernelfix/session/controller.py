@@ -84,7 +84,7 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
                            target=settings.target, cache_dir=cache_dir),
         addopts=tuple(config.getini("addopts")),
         inifile=config.inipath,
-        extra_args=carried_args(config.invocation_params.args),
+        extra_args=carried_args(config.invocation_params.args, config.args),
         env=env,
         mode=settings.rerun,
         base_env=dict(os.environ),
