@@ -608,6 +608,7 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         triaged = tuple(verifier.phases)
         if why_not:
             return done(replace(_skipped(group, why_not), triage=triaged))
+        context = with_failure_notes(context, verifier)
         if earlier:
             healed = _healed_by(group, verifier, base, earlier, stages,
                                 _verified_by(originals, base, winners))
