@@ -127,6 +127,10 @@ OPTIONS: tuple[Option, ...] = (
            "wherever they appear, comma-separated names or globs (STRIPE_*,DB_URL), besides "
            "those whose name or value looks like a credential", "",
            env="KERNELFIX_REDACT_ENV", metavar="NAMES"),
+    Option("kernelfix_base", "What the failing tests are compared with: a git revision "
+           "(REF), auto (a pull request's merge base in CI, else the last run in which the "
+           "test passed, else the uncommitted changes against HEAD) or none (default: auto)",
+           "auto", env="KERNELFIX_BASE", metavar="REF"),
 )
 
 #: Boolean options given as a bare flag (``--kernelfix``); the others take ``on|off``.
@@ -309,6 +313,7 @@ class Settings:
     save_prompts: bool = True
     overlap: bool = True
     redact_env: tuple[str, ...] = ()
+    base: str = "auto"
     #: Where each option's value came from (see :func:`origin`), by option name.
     origins: tuple[tuple[str, str], ...] = ()
 
@@ -368,6 +373,7 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         save_prompts=bool(value("kernelfix_save_prompts")),
         overlap=bool(value("kernelfix_overlap")),
         redact_env=tuple(value("kernelfix_redact_env").replace(",", " ").split()),
+        base=value("kernelfix_base") or "auto",
         origins=tuple((option.name, origin(config, option.name, namespace))
                       for option in OPTIONS),
     )

@@ -14,12 +14,13 @@ from pytest_kernelfix.report.artifacts import BugReport
 
 
 def make_settings(root: Path, **changes: object) -> Settings:
-    """Healing on, two rounds, the interpreter; ``changes`` override any field."""
+    """Healing on, two rounds, the interpreter, no base to compare with (git and the
+    last-green record stay out of unit sessions); ``changes`` override any field."""
     values: dict[str, object] = dict(
         heal=True, apply=False, rounds=2, model="scripted", api_base="", llm_timeout=1.0,
         llm_retries=0, report_dir=root / ".kernelfix", timeout=10.0, device="interpret",
         record=None, prompts_dir=None, max_groups=10, target="cuda:90", cuda_shim=True,
-        sandbox_exclude=(), paths=(), rootdir=root,
+        sandbox_exclude=(), paths=(), rootdir=root, base="none",
     )
     values.update(changes)
     return Settings(**values)  # type: ignore[arg-type]

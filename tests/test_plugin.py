@@ -294,7 +294,7 @@ def test_session_notes_reach_the_terminal_and_report_json(pytester: pytest.Pytes
     pytester.makepyfile(test_pyops=(
         "import pytest\n\nfrom pyops.ops import double\n\n\n@pytest.mark.kernel\n"
         "def test_double():\n    assert double(3) == 6\n"))
-    result = heal(pytester, "--kernelfix-device", "interpret")
+    result = heal(pytester, "--kernelfix-device", "interpret", "--kernelfix-base", "none")
     result.assert_outcomes(failed=1)
     note = "kernel launches are not recorded"
     result.stdout.fnmatch_lines([f"note: {note}*"])

@@ -67,6 +67,7 @@ def template_variables(request: ProposalRequest) -> dict[str, Any]:
         "interpreter": context.device != "cuda",
         "checks": context.checks,
         "notes": context.notes,
+        "change": context.change,
         "feedback": request.feedback,
         "cumulative_diff": request.cumulative_diff,
         "history": request.history,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pytest_kernelfix.engine.diff import cumulative_diff
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import FixerError, Message, Proposal, Usage
+from pytest_kernelfix.locate.change import Regression
 from pytest_kernelfix.redact import redact
 
 if TYPE_CHECKING:  # the matcher (rapidfuzz, numpy) is not loaded to read a report
@@ -196,7 +197,10 @@ class HealResult:
     run before round 1; ``seconds`` covers them too. A :data:`MASKED` bug keeps the
     masking candidate in ``final`` for review. ``verified``: the tests a healed bug's
     candidate was verified passing on (a later bug its patch heals reruns only the
-    others).
+    others). ``regression`` is what reverting parts of the change since the base did to
+    the failing test (None: no base, or nothing to revert); ``revert`` says the winning
+    patch only puts back lines of that change; ``editable`` are the files a fix could
+    edit when the change widened the bug's own.
     """
 
     group_id: str
@@ -212,6 +216,9 @@ class HealResult:
     healed_by: str = ""
     triage: tuple[Phase, ...] = ()
     verified: tuple[str, ...] = ()
+    regression: Regression | None = None
+    revert: bool = False
+    editable: tuple[str, ...] = ()
 
     @property
     def changed_files(self) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.logs import clean_log, relative_paths, truncate_log
+from pytest_kernelfix.locate.change import ChangeView
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
 from pytest_kernelfix.locate.reach import (
@@ -103,7 +104,8 @@ class BugContext:
     text); ``kernel_frames`` are the traceback frames in editable files (relative
     paths), from which later rounds show the current lines. ``notes`` are what the
     baseline rerun measured about the failure, in words for the prompt (a failing check
-    that compares no tensor value, say).
+    that compares no tensor value, say). ``change`` is the change since the base, and the
+    lines whose revert alone makes the test pass (:mod:`pytest_kernelfix.locate.change`).
     """
 
     group_id: str
@@ -118,6 +120,7 @@ class BugContext:
     focus: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     kernel_frames: tuple[Frame, ...] = ()
     notes: tuple[str, ...] = ()
+    change: ChangeView | None = None
 
     def view(self, path: str, text: str) -> SourceFile:
         """``text`` (the current candidate of ``path``) as this bug shows it: the first
@@ -743,8 +746,13 @@ def build_context(
     checks: tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
     budget: int = PROMPT_BUDGET,
+    change: ChangeView | None = None,
 ) -> BugContext:
-    """Everything a fixer may see about ``group``, redacted and within ``budget``."""
+    """Everything a fixer may see about ``group``, redacted and within ``budget``; the
+    change since the base (``change``) takes its share first."""
+    if change is not None:
+        change = replace(change, diff=redact(change.diff, environ),
+                         culprit=redact(change.culprit, environ))
     error_log = redact(error_report(group, project), environ)
     test_paths = [path for path in dict.fromkeys(
         failure.test_path for failure in group.failures if failure.test_path)
@@ -760,7 +768,8 @@ def build_context(
     nodeid_chars = sum(len(nodeid) + 3 for nodeid in group.nodeids[:10])
     located_lines = kernel_lines(group.first.error, project, group.editable)
     said = len(group.first.error.headline) + sum(len(line) + 3 for line in located_lines)
-    limit = budget - RESERVED - len(error_log) - nodeid_chars - said
+    limit = budget - RESERVED - len(error_log) - nodeid_chars - said - (
+        change.size if change is not None else 0)
     python_raised = any(item.why == "raised the error" and not item.jit for item in group.located)
     fitted = fit(group.located, texts, max(limit, 2_000), tests, anchors_of(group, project),
                  kernels_last=not (python_raised or expects_raise(group.first)))
@@ -788,4 +797,5 @@ def build_context(
         checks=checks,
         focus=focus,
         kernel_frames=frames,
+        change=change,
     )

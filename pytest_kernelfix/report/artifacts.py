@@ -34,6 +34,7 @@ from pytest_kernelfix.heal.outcomes import (
     RoundRecord,
     phase_text,
 )
+from pytest_kernelfix.locate.change import REGRESSION, TEST_CHANGED, Regression, Trial
 from pytest_kernelfix.locate.context import CHARS_PER_TOKEN
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import redact
@@ -166,6 +167,11 @@ def patch_text(group: BugGroup, result: HealResult) -> str:
     if result.status == MASKED:
         header.append("Status: masked, kept for review: the kernel's output is unchanged and "
                       "this patch masks it; it is not a fix")
+    if result.regression is not None and result.regression.verdict == REGRESSION:
+        header.append(f"Regression: {result.regression.summary}")
+    if result.revert:
+        header.append("Revert: this patch only puts back lines of the change since "
+                      f"{result.regression.base if result.regression else 'the base'}")
     header.append("")
     return redact("\n".join(header)) + "\n" + result.patch
 
@@ -203,7 +209,7 @@ def bug_json(bug: BugReport, *, save_prompts: bool = True) -> dict[str, Any]:
         "kernel": group.kernel,
         "error": group.first.error.headline,
         "nodeids": list(group.nodeids),
-        "files": list(group.editable),
+        "files": list(result.editable or group.editable),
         "rounds": len(result.rounds),
         "levels": _levels(result),
         "round_details": [
@@ -243,7 +249,61 @@ def bug_json(bug: BugReport, *, save_prompts: bool = True) -> dict[str, Any]:
         "first_prompt_tokens": prompt_tokens(result.prompt_chars) or None,
         "shown": list(result.shown),
         "reruns": reruns_json(bug.reruns),
+        "regression": regression_json(result.regression),
+        "revert": result.revert,
     }
+
+
+def regression_json(regression: Regression | None) -> dict[str, Any] | None:
+    """What the experiment on the change since the base found, with its reruns."""
+    if regression is None:
+        return None
+    return {
+        "base": regression.base,
+        "verdict": regression.verdict,
+        "test": regression.test,
+        "summary": regression.summary,
+        "culprits": [{"path": hunk.path, "lines": hunk.span, "start": hunk.start,
+                      "end": hunk.end, "base_start": hunk.base_start,
+                      "base_end": hunk.base_end,
+                      "base_lines": (f"{hunk.base_start}-{hunk.base_end}"
+                                     if hunk.base_end >= hunk.base_start
+                                     else f"before {hunk.base_start}"),
+                      "current": list(hunk.lines), "base": list(hunk.base_lines)}
+                     for hunk in regression.culprits],
+        "hunks": regression.hunks,
+        "reruns": regression.reruns,
+        "minimal": regression.minimal,
+        "tests": list(regression.tests),
+        "trials": [{"reverted": list(trial.reverted), "passed": trial.passed,
+                    "seconds": trial.seconds, "outcome": trial.outcome,
+                    "tests": list(trial.tests)}
+                   for trial in regression.trials],
+    }
+
+
+def trial_text(trial: Trial) -> str:
+    """``kernels/ops.py:12 reverted: passed``; a long set by its size."""
+    what = (", ".join(trial.reverted) if len(trial.reverted) <= 3
+            else f"{len(trial.reverted)} hunks")
+    return f"{what} reverted: {'passed' if trial.passed else 'failed'}"
+
+
+def regression_lines(regression: Regression | None, revert: bool = False) -> list[str]:
+    """How a reviewer reads the experiment: which lines of the change introduced the
+    failure, the reruns that show it, and whether the patch only reverts them."""
+    if regression is None:
+        return []
+    lines = [regression.summary]
+    if regression.verdict == REGRESSION:
+        for hunk in regression.culprits:
+            now = " / ".join(line.strip() for line in hunk.lines) or "(lines removed)"
+            was = " / ".join(line.strip() for line in hunk.base_lines) or "(nothing)"
+            lines.append(f"  {hunk.path}:{hunk.span}: `{now[:160]}` (was `{was[:160]}`)")
+    if revert:
+        lines.append("the winning patch only reverts lines of the change (a revert, not a fix "
+                     "of the change): review whether the change's intent can be kept")
+    return lines
 
 
 def reruns_json(stats: RerunStats) -> dict[str, Any]:
@@ -381,7 +441,25 @@ def session_markdown(report: SessionReport) -> str:
         lines += ["", f"## `{bug.group.id}`: {result.status}", ""]
         lines.append(f"- Error: `{error_headline(bug.group)}`")
         lines.append(f"- Tests: {len(bug.group.nodeids)} (first: `{bug.group.nodeids[0]}`)")
-        lines.append(f"- Files: {', '.join(f'`{p}`' for p in bug.group.editable) or 'none'}")
+        files = result.editable or bug.group.editable
+        lines.append(f"- Files: {', '.join(f'`{p}`' for p in files) or 'none'}")
+        regression = result.regression
+        if regression is not None:
+            lines.append(f"- Change: {regression.summary}")
+            if regression.verdict == REGRESSION:
+                for hunk in regression.culprits:
+                    lines += ["", f"  `{hunk.path}` lines {hunk.span}, now and at "
+                                  f"{regression.base}:", "", "  ```diff"]
+                    lines += [f"  -{line}" for line in hunk.base_lines]
+                    lines += [f"  +{line}" for line in hunk.lines]
+                    lines += ["  ```", ""]
+            lines.append(f"- Evidence ({regression.reruns} rerun(s) of "
+                         f"`{regression.test}`): "
+                         + "; ".join(trial_text(trial) for trial in regression.trials))
+        if result.revert:
+            lines.append("- **Revert**: the winning patch only puts back lines of the change "
+                         "(it undoes what the change wanted): review whether its intent can "
+                         "be kept")
         if result.shown:
             first = "round 1" if result.rounds and result.rounds[0].shown else "the first prompt"
             lines.append(f"- Shown to the model in {first}: "
@@ -515,7 +593,11 @@ def summary_lines(report: SessionReport, json_path: Path | None) -> list[str]:
             levels = ", ".join(e.level for e in result.rounds[-1].edits if e.level != "none")
             detail = (f"{len(result.rounds)} round(s), {len(bug.group.nodeids)} test(s), "
                       f"{', '.join(result.changed_files)} ({levels})")
+        if result.revert:
+            detail += " (a revert of the change)"
         lines.append(f"{result.status:<9} {bug.group.id}: {detail}")
+        if result.regression is not None and result.regression.verdict != TEST_CHANGED:
+            lines += [f"          {line}" for line in regression_lines(result.regression)]
     lines += unselected_lines(report.unselected, report.select)
     patches = [b for b in report.bugs if b.patch_file and b.result.status == HEALED
                and not b.applied]  # a patch already written needs no git apply line

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.heal.outcomes import DECLINED, HEALED, MASKED, SKIPPED
+from pytest_kernelfix.locate.change import REGRESSION, TEST_CHANGED
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import (
     BugReport,
@@ -179,6 +180,18 @@ def failure_location(bug: BugReport, rootdir: Path) -> tuple[str, int] | None:
     return kernel or (anywhere[0] if anywhere else None)
 
 
+def culprit_location(bug: BugReport) -> tuple[str, int] | None:
+    """The first culprit line of the change (rootdir-relative file, line), when the
+    experiment found the lines whose revert alone makes the test pass, or the test's own
+    changed lines that explain the failure."""
+    regression = bug.result.regression
+    if regression is None or regression.verdict not in (REGRESSION, TEST_CHANGED) or (
+            not regression.culprits):
+        return None
+    hunk = regression.culprits[0]
+    return hunk.path, hunk.line
+
+
 def _tests(bug: BugReport) -> str:
     nodeids = bug.group.nodeids
     more = f" and {len(nodeids) - 1} more" if len(nodeids) > 1 else ""
@@ -209,6 +222,14 @@ def annotation(bug: BugReport, report: SessionReport, repo_root: Path) -> str:
                      result.status, f"kernelfix could not heal {group.id}")
         where = failure_location(bug, report.rootdir)
         message = f"{_tests(bug)} fail: {headline}\n{result.status}: {result.reason}"
+    culprit = culprit_location(bug)
+    if culprit is not None and result.regression is not None:
+        where = culprit  # on the change's line, where the pull request shows it
+        if result.regression.summary not in message:
+            message += f"\n{result.regression.summary}"
+        if result.revert:
+            message += ("\nThe suggested patch only reverts these lines of the change: a "
+                        "revert, not a fix of the change.")
     properties: dict[str, object] = {}
     if where is not None:
         properties = {"file": repo_path(report.rootdir / where[0], repo_root),

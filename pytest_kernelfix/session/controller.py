@@ -32,6 +32,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -192,7 +193,7 @@ class HealingController:
         now, with its warm server) learns what the session knows now, so that the first
         failure's heal waits for no import."""
         self._uninstall = install_sigterm(self.cancel)
-        if not self.settings.overlap:
+        if not self.settings.overlap or self._bisect_first():
             return
         from pytest_kernelfix.plugin import helper_key
         from pytest_kernelfix.session import helper
@@ -209,6 +210,23 @@ class HealingController:
         except Exception as error:  # the end of the session heals in this process
             self.notes.append(f"healing could not begin while the tests ran: "
                               f"{type(error).__name__}: {error}")
+
+    def _bisect_first(self) -> bool:
+        """With a change since a base, healing waits for the end of the run: the
+        experiment that finds the change's culprit lines runs before the fixer is asked
+        (locate/base.change_waits), and an early heal would go without it."""
+        from pytest_kernelfix.locate.base import change_waits
+
+        try:
+            base = change_waits(self.settings.base, self.project, os.environ,
+                                green=self.green,
+                                skip=(self.settings.report_dir, self.settings.cache_root))
+        except Exception:  # no base to tell: heal while the tests run
+            return False
+        if base:
+            self.notes.append(f"healing begins after the tests: the change since {base} is "
+                              "bisected first (--kernelfix-base none heals while they run)")
+        return bool(base)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, REPORT_ATTR, None)
@@ -293,11 +311,40 @@ class HealingController:
             if note not in self.notes:
                 self.notes.append(str(note))
 
+    @functools.cached_property
+    def green(self) -> Path | None:
+        """The folder of the last-green record in pytest's cache (None without one:
+        ``-p no:cacheprovider``)."""
+        cache = getattr(self.config, "cache", None)
+        if cache is None:
+            return None
+        try:
+            return Path(cache.mkdir("kernelfix-green"))
+        except OSError:
+            return None
+
+    def record_green(self) -> None:
+        """Record the project's files as the state the selected kernel tests that passed
+        passed at (the last green state a later failure is compared with)."""
+        from pytest_kernelfix.locate.green import GreenStore
+
+        passed = [test.nodeid for test in self.passed if self.selection.selects(
+            test.nodeid, test.nodeid in self.marked, test.launches, self.project)]
+        if not passed or self.green is None:
+            return
+        try:
+            GreenStore(self.green).record(self.project, passed, skip=(
+                self.settings.report_dir, self.settings.cache_root))
+        except Exception as error:  # a read-only cache: no record, nothing else lost
+            self.notes.append(f"the last-green record was not written: {error}")
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._flush()
         self._running = False
         try:
+            if exitstatus != pytest.ExitCode.INTERRUPTED:
+                self.record_green()
             self._heal_at_end(exitstatus)
         finally:
             try:
@@ -353,6 +400,7 @@ class HealingController:
             project=self.project,
             notes=tuple(self.notes),
             unselected=tuple(self.unselected),
+            green=self.green,
         )
 
     def heal(self) -> SessionReport:

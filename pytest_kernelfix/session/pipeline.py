@@ -30,6 +30,7 @@ from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRe
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
 from pytest_kernelfix.heal.loop import Resume, heal
 from pytest_kernelfix.heal.outcomes import (
+    DECLINED,
     HEALED,
     MASKED,
     SKIPPED,
@@ -37,7 +38,19 @@ from pytest_kernelfix.heal.outcomes import (
     Guard,
     HealInterrupted,
     HealResult,
+    Phase,
     RoundRecord,
+)
+from pytest_kernelfix.locate.base import Changes, resolve_changes
+from pytest_kernelfix.locate.change import (
+    NOT_REGRESSION,
+    REGRESSION,
+    TEST_CHANGED,
+    Change,
+    Regression,
+    change_view,
+    reverts_only,
+    with_change,
 )
 from pytest_kernelfix.locate.context import BugContext, build_context
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
@@ -62,6 +75,8 @@ from pytest_kernelfix.session.schedule import (
     worker_count,
     worker_env,
 )
+from pytest_kernelfix.verify.culprit import find_culprits
+from pytest_kernelfix.verify.sample import representative
 from pytest_kernelfix.verify.triage import raised_in_kernel
 from pytest_kernelfix.verify.verifier import Child, Opener, Runner, Verifier
 
@@ -73,7 +88,8 @@ class SessionInputs:
     """What the test run left for healing, and how reruns must be made.
 
     ``notes`` are the session's own remarks, written into ``report.json`` and
-    ``report.md`` as well as shown on the terminal.
+    ``report.md`` as well as shown on the terminal. ``green`` is the folder of the
+    last-green record (:mod:`pytest_kernelfix.locate.green`), None without one.
     """
 
     failures: tuple[Failure, ...]
@@ -83,6 +99,7 @@ class SessionInputs:
     project: Project
     notes: tuple[str, ...] = field(default_factory=tuple)
     unselected: tuple[Unselected, ...] = ()
+    green: Path | None = None
 
     @property
     def device(self) -> str:
@@ -225,6 +242,7 @@ class _Session:
     gpus: tuple[str, ...]
     reach: Reach
     budget: Budget
+    changes: Changes = field(default_factory=Changes)
     results: dict[int, HealResult] = field(default_factory=dict)
     reruns: dict[int, RerunStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -296,9 +314,11 @@ class _Session:
                 try:
                     sandbox = sandbox or Sandbox.create(inputs.project.root,
                                                         exclude=self.exclude)
+                    change = self.changes.for_test(representative(group), inputs.project)
                     result = heal_bug(group, inputs, sandbox,
                                       replace(stages, runner=counted, progress=progress),
-                                      self.reach, winners, claim=self.claim)
+                                      self.reach, winners, claim=self.claim, change=change,
+                                      exclude=self.exclude)
                 except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, or another thread's
                     cancel.set(interrupt_name(stop))
                     result = interrupted(group, stop, cancel.why)
@@ -380,6 +400,11 @@ def run_healing(inputs: SessionInputs, stages: Stages, *,
             inputs = _reproduce_crashes(inputs, stages, exclude)
         except KeyboardInterrupt as stop:
             cancel.set(interrupt_name(stop))
+    changes, said = resolve_changes(
+        settings.base, project, os.environ, green=inputs.green,
+        skip=(settings.report_dir, settings.cache_root),
+        nodeids=[failure.nodeid for failure in inputs.failures])
+    inputs = replace(inputs, notes=inputs.notes + said)
     groups = group_failures(inputs.failures, project, reach, inputs.passed)
     lanes = chains(groups)
     early = head.assign(groups, inputs.passed) if head is not None else {}
@@ -389,7 +414,7 @@ def run_healing(inputs: SessionInputs, stages: Stages, *,
     inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
     for bug in early.values():  # a bug under way counts as one of the workers
         bug.retune(inputs.setup)
-    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
+    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget, changes)
     session.early = early
     try:
         if cancel.is_set():  # interrupted before healing began: only what heals already
@@ -517,11 +542,14 @@ def make_verifier(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stag
 
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
              reach: Reach, winners: Sequence[Winner] = (),
-             claim: Callable[[], str] = lambda: "", *, verifier: Verifier | None = None,
+             claim: Callable[[], str] = lambda: "", *, change: Change | None = None,
+             exclude: Sequence[str] = (), verifier: Verifier | None = None,
              resume: Resume | None = None, ask_first: bool | None = None) -> HealResult:
     """One bug, in the given sandbox: a free fixer's first answer, the baseline and
     triage, then (when earlier bugs of its chain healed files it shares) their patches as
-    a candidate, then the round loop from the text they leave.
+    a candidate, then, with a ``change`` since a base, the experiment that finds the
+    hunks whose revert makes the test pass, then the round loop from the text they
+    leave.
 
     ``claim`` is asked before the bug heals on its own (not when an earlier patch heals
     it): it answers why not (``--kernelfix-max-groups``), or "". ``verifier`` is the
@@ -532,17 +560,18 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
     """
     started = time.monotonic()
     project = inputs.project
+    widened = with_change(group, change, project) if change is not None else group
     try:
-        originals = read_originals(project.root, group.editable)
+        originals = read_originals(project.root, widened.editable)
     except (OSError, ValueError) as error:
         return _skipped(group, f"cannot read the editable source: {error}")
     base, earlier = build_on(originals, winners)
     over = "" if earlier else claim()
     if over:
         return _skipped(group, over)
-    context = build_context(group, project, device=inputs.device,
-                            checks=checks_for(inputs.setup.device))
-    verifier = verifier or make_verifier(group, inputs, sandbox, stages, reach)
+    checks = checks_for(inputs.setup.device)
+    context = build_context(group, project, device=inputs.device, checks=checks)
+    verifier = verifier or make_verifier(widened, inputs, sandbox, stages, reach)
     checker = verifier
 
     def done(result: HealResult) -> HealResult:
@@ -561,7 +590,8 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
         return replace(result, triage=resume.result.triage, verified=verified,
                        seconds=resume.result.seconds + time.monotonic() - started)
     first: Proposal | None = None
-    if (is_free(stages.fixer) if ask_first is None else ask_first) and not earlier:
+    if (is_free(stages.fixer) if ask_first is None else ask_first) and not earlier and (
+            change is None):
         first, why = _ask_first(_Announced(stages.fixer, stages.progress, stages.cancel),
                                 context, base)
         if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
@@ -587,11 +617,61 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
             over = claim()
             if over:
                 return done(replace(_skipped(group, over), triage=triaged))
-        result = _rounds(group, context, base, verifier, sandbox, stages, inputs, reach,
+        used, regression = group, None
+        if change is not None:
+            regression = find_culprits(
+                change, verifier.first, sandbox, RerunSpec(verifier.setup, sandbox.root, ()),
+                runner=stages.runner, project=project, exclude=exclude,
+                say=lambda line: stages.progress(f"  {line}"), jobs=verifier.setup.jobs,
+                baseline_seconds=sum(phase.seconds for phase in triaged),
+                others=[n for n in verifier.sensitive if n != verifier.first])
+            triaged += trial_phases(regression)
+            if regression is not None and regression.verdict == TEST_CHANGED:
+                return done(HealResult(group.id, DECLINED, f"{regression.summary}: nothing to "
+                                       "heal in the kernel", triage=triaged,
+                                       regression=regression))
+            used, context = change_context(group, widened, change, regression, inputs, checks)
+            context = with_failure_notes(context, verifier)
+        files = {path: base[path] if path in base else read_originals(project.root, [path])[path]
+                 for path in used.editable}
+        result = _rounds(used, context, files, verifier, sandbox, stages, inputs, reach,
                          first)
-        return done(replace(result, triage=triaged))
+        revert = change is not None and result.status == HEALED and reverts_only(
+            change, result.original, result.final)
+        return done(replace(result, triage=triaged, regression=regression, revert=revert,
+                            editable=used.editable if used.editable != group.editable else ()))
     finally:
         verifier.restore()
+
+
+def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
+    """The experiment's reruns as steps before round 1."""
+    if regression is None:
+        return ()
+    return tuple(Phase(f"culprit search ({len(trial.reverted)} hunk(s) reverted)",
+                       trial.tests or (regression.test,), trial.seconds, "ran", trial.outcome)
+                 for trial in regression.trials)
+
+
+def change_context(group: BugGroup, widened: BugGroup, change: Change,
+                   regression: Regression | None, inputs: SessionInputs,
+                   checks: tuple[str, ...]) -> tuple[BugGroup, BugContext]:
+    """The bug as the rounds see it after the experiment, and its context: with the
+    culprit lines pinned and shown beside the base's after a regression; as without a
+    base, plus a note, when the failure is not a regression of the change; with the
+    change and what it touched when the experiment could not tell."""
+    project = inputs.project
+    if regression is not None and regression.verdict == NOT_REGRESSION:
+        context = build_context(group, project, device=inputs.device, checks=checks)
+        note = (f"{regression.summary}: the fault is probably older than the change, in "
+                "the code shown here.")
+        return group, replace(context, notes=(*context.notes, note))
+    culprits = regression.culprits if regression is not None and (
+        regression.verdict == REGRESSION) else ()
+    used = with_change(group, change, project, culprits) if culprits else widened
+    view = change_view(change, regression, used.editable)
+    return used, build_context(used, project, device=inputs.device, checks=checks,
+                               change=view)
 
 
 def _rounds(group: BugGroup, context: BugContext, base: Mapping[str, str],

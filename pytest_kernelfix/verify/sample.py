@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from pytest_kernelfix.locate.grouping import BugGroup
+
 #: Failing tests the poisoned reruns use at most, per bug (staged verification).
 SENSITIVITY_TESTS = 3
 
@@ -56,6 +58,13 @@ def first(nodeids: Sequence[str], durations: Mapping[str, float] | None = None,
     order = {nodeid: index for index, nodeid in enumerate(nodeids)}
     return min(nodeids, key=lambda n: (kernels.get(n, 0), durations.get(n, 0.0), size(n),
                                        order[n]))
+
+
+def representative(group: BugGroup) -> str:
+    """The bug's first representative, from what the test run recorded of its failures."""
+    return first(group.nodeids, {f.nodeid: f.duration for f in group.failures},
+                 {f.nodeid: len({(launch.file, launch.name) for launch in f.launches})
+                  for f in group.failures})
 
 
 def diverse(nodeids: Sequence[str], start: str, count: int = SENSITIVITY_TESTS) -> tuple[str, ...]:

@@ -155,10 +155,7 @@ class Verifier:
             f.test_path for f in group.failures))
         self.sandbox = sandbox
         self.originals: Mapping[str, str] = {}
-        self.first = sample.first(
-            self.nodeids, {f.nodeid: f.duration for f in group.failures},
-            {f.nodeid: len({(launch.file, launch.name) for launch in f.launches})
-             for f in group.failures})
+        self.first = sample.representative(group)
         #: The line of the check each failing test failed at, on the original code.
         self.sites = {f.nodeid: failing_site([(fr.path, fr.lineno) for fr in f.error.frames],
                                              f.test_path) for f in group.failures}
