@@ -67,6 +67,18 @@ def session_project(config: pytest.Config, settings: Settings) -> Project:
     return Project(settings.rootdir, tuple(config.getini("python_files")), settings.paths)
 
 
+def positional_args(config: pytest.Config) -> tuple[str, ...]:
+    """The paths and node ids of the command line, also before collection has set
+    ``config.args`` (the overlap helper starts with the initial conftests). Early, a
+    conftest's options are not known yet (``--mode quick`` reads as the path ``quick``),
+    so only what names an existing path counts."""
+    if config.args:
+        return tuple(config.args)
+    early = getattr(getattr(config, "known_args_namespace", None), "file_or_dir", None) or ()
+    here = config.invocation_params.dir
+    return tuple(arg for arg in early if (here / arg.partition("::")[0]).exists())
+
+
 def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> RerunSetup:
     """What every rerun of this session shares."""
     from pytest_kernelfix.rerun.args import carried_args
@@ -84,7 +96,7 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
                            target=settings.target, cache_dir=cache_dir),
         addopts=tuple(config.getini("addopts")),
         inifile=config.inipath,
-        extra_args=carried_args(config.invocation_params.args, config.args),
+        extra_args=carried_args(config.invocation_params.args, positional_args(config)),
         env=env,
         mode=settings.rerun,
         base_env=dict(os.environ),
