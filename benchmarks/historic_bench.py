@@ -611,6 +611,22 @@ def checkouts(values: Iterable[str]) -> dict[str, Path]:
     return found
 
 
+def runnable(bugs: Iterable[HistoricBug], only: Sequence[str] | None,
+             given: dict[str, Path]) -> list[tuple[HistoricBug, Path]]:
+    """The bugs asked for (``only``: by name; None: all) with the git checkout of their
+    project; a line says which were skipped for want of one."""
+    chosen = []
+    for bug in bugs:
+        if only is not None and bug.name not in only:
+            continue
+        checkout = given.get(bug.project)
+        if checkout is None or not (checkout / ".git").exists():
+            print(f"skipped {bug.name}: no checkout of {bug.project}")
+            continue
+        chosen.append((bug, checkout))
+    return chosen
+
+
 def table(outcomes: list[Outcome]) -> list[str]:
     lines = ["| bug | project | hunks | faulty code in first prompt | healed | honest fix "
              "refused | first prompt chars | rounds | seconds | miss |",
@@ -669,15 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = checkouts(options.checkout)
     work = (options.work or Path(tempfile.mkdtemp(prefix="kernelfix-historic-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    chosen = []
-    for bug in bugs:
-        if options.only is not None and bug.name not in options.only:
-            continue
-        checkout = given.get(bug.project)
-        if checkout is None or not (checkout / ".git").exists():
-            print(f"skipped {bug.name}: no checkout of {bug.project}")
-            continue
-        chosen.append((bug, checkout))
+    chosen = runnable(bugs, options.only, given)
     if not chosen:
         print("no bug to run")
         return 0

@@ -57,6 +57,7 @@ from historic_bench import (  # noqa: E402  (a benchmark beside this one)
     materialise,
     project_env,
     pytest_command,
+    runnable,
     write_oracle,
 )
 from historic_bench import _select as select  # noqa: E402  (the same selection as there)
@@ -316,15 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = checkouts(options.checkout)
     work = (options.work or Path(tempfile.mkdtemp(prefix="kernelfix-regress-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    mats = []
-    for bug in bugs:
-        if options.only is not None and bug.name not in options.only:
-            continue
-        checkout = given.get(bug.project)
-        if checkout is None or not (checkout / ".git").exists():
-            print(f"skipped {bug.name}: no checkout of {bug.project}")
-            continue
-        mats.append(materialise(bug, projects[bug.project], checkout, work))
+    mats = [materialise(bug, projects[bug.project], checkout, work)
+            for bug, checkout in runnable(bugs, options.only, given)]
     if not mats:
         print("no bug to run")
         return 0
