@@ -13,6 +13,7 @@ launches took (their constexpr values), and those its tests' ids name rank first
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Hashable, Iterable, Sequence
@@ -312,7 +313,7 @@ class _Helpers:
         passing test launched a project kernel: without a launch that worked there is no
         contrast (``--lf``, a suite where everything fails), and joining independent bugs
         on a guess costs a heal, while keeping one cause apart costs a re-verification."""
-        if not fault or _raised(failure, self.reach) or not self.contrast():
+        if not fault or _raised(failure, self.reach) or not self.contrast:
             return ()
         found = [key for key in _helpers(located, failure.launches, self.project, self.reach)
                  if key not in fault]
@@ -321,8 +322,10 @@ class _Helpers:
         exercised = self.exercised()
         return tuple(key for key in found if key not in exercised)
 
+    @functools.cached_property
     def contrast(self) -> bool:
-        """Whether a passing test launched a kernel of the project's own."""
+        """Whether a passing test launched a kernel of the project's own (worked out
+        once)."""
         return any(launch.file and self.reach.readable(launch.file)
                    for test in self.passed for launch in test.launches)
 
