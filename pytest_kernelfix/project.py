@@ -14,7 +14,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -24,6 +24,26 @@ MAX_EDITABLE_BYTES = 256 * 1024
 #: Files under a directory of one of these names are tests, whatever their name.
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 _ENV_MARKERS = ("site-packages", "dist-packages")
+
+
+#: Folders no walk of the project enters: caches, installed packages, build output.
+PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages",
+                         "dist-packages"})
+
+
+def walk_files(root: str | os.PathLike[str], skip: Iterable[str | os.PathLike[str]] = ()
+               ) -> Iterator[str]:
+    """Every file under ``root``, in a stable order (sorted, top-down), without hidden
+    folders, :data:`PRUNED_DIRS`, virtualenvs (a ``pyvenv.cfg``) or the folders ``skip``
+    names."""
+    skipped = {os.path.abspath(path) for path in skip}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(name for name in dirs
+                         if not name.startswith(".") and name not in PRUNED_DIRS
+                         and os.path.abspath(os.path.join(folder, name)) not in skipped
+                         and not os.path.exists(os.path.join(folder, name, "pyvenv.cfg")))
+        for name in sorted(files):
+            yield os.path.join(folder, name)
 
 
 def is_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pytest_kernelfix.atomic import replace_file
 from pytest_kernelfix.locate.change import Change, FileChange
-from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
+from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project, walk_files
 
 INDEX = "index.json"
 VERSION = 1
@@ -35,9 +35,6 @@ MAX_STATES = 8
 MAX_BYTES = 32 * 1024 * 1024
 #: Python files of the project hashed and snapshotted at most.
 MAX_FILES = 4_000
-#: Folders never walked: VCS data, virtualenvs, caches, build output.
-SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages",
-                          "build", "dist"})
 
 
 def digest(data: bytes) -> str:
@@ -47,23 +44,14 @@ def digest(data: bytes) -> str:
 def project_files(project: Project, skip: Iterable[Path] = ()) -> Iterator[str]:
     """The project's own Python files (sources and tests), rootdir-relative: no hidden
     folder, virtualenv, cache or installed package, nothing under ``skip``."""
-    skipped = {os.path.abspath(path) for path in skip}
     count = 0
-    for folder, dirs, files in os.walk(project.root):
-        dirs[:] = sorted(name for name in dirs
-                         if not name.startswith(".") and name not in SKIPPED_DIRS
-                         and os.path.abspath(os.path.join(folder, name)) not in skipped
-                         and not os.path.exists(os.path.join(folder, name, "pyvenv.cfg")))
-        for name in sorted(files):
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(folder, name)
-            if os.path.islink(path) or not project.contains(path):
-                continue
-            yield project.relative(path)
-            count += 1
-            if count >= MAX_FILES:
-                return
+    for path in walk_files(project.root, skip):
+        if not path.endswith(".py") or os.path.islink(path) or not project.contains(path):
+            continue
+        yield project.relative(path)
+        count += 1
+        if count >= MAX_FILES:
+            return
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ installed packages: the :class:`~pytest_kernelfix.project.Project` decides.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
 import re
@@ -34,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from pytest_kernelfix.locate.branches import Env, callee_env, entry_env, taken
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
-from pytest_kernelfix.project import Project
+from pytest_kernelfix.project import Project, walk_files
 
 #: Bounds: definitions kept per bug, depth of Python helper calls, files scanned by search.
 MAX_LOCATED = 40
@@ -49,8 +50,6 @@ MAX_ENVS = 8
 #: by a word that names at most MAX_NAMED of those found.
 WORD_BONUS = 6.0
 MAX_NAMED = 3
-_PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages",
-                          "dist-packages"})
 
 
 #: Tiers, lowest shown first and cut last. FIRST: the frame that raised and the functions
@@ -572,20 +571,8 @@ class Reach:
     def files(self) -> list[str]:
         """Every project source reach may read (bounded; hidden and build dirs pruned)."""
         if self._files is None:
-            found: list[str] = []
-            for directory, dirs, names in os.walk(self.root):
-                dirs[:] = sorted(
-                    d for d in dirs
-                    if not d.startswith(".") and d not in _PRUNED_DIRS
-                    and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
-                )
-                for name in sorted(names):
-                    path = os.path.join(directory, name)
-                    if self.readable(path):
-                        found.append(path)
-                if len(found) >= MAX_SCAN_FILES:
-                    break
-            self._files = found[:MAX_SCAN_FILES]
+            readable = (path for path in walk_files(self.root) if self.readable(path))
+            self._files = list(itertools.islice(readable, MAX_SCAN_FILES))
         return self._files
 
     def search_definition(self, name: str) -> tuple[Located, ...]:
