@@ -19,6 +19,7 @@ import jinja2
 
 from pytest_kernelfix.fixers.base import ProposalRequest
 from pytest_kernelfix.locate.context import current_kernel_lines
+from pytest_kernelfix.markdown import fence
 
 PACKAGE = "pytest_kernelfix.prompts"
 SYSTEM_TEMPLATE = "system.j2"
@@ -78,17 +79,6 @@ def prompt_chars(request: ProposalRequest, *, prompts_dir: Path | None = None) -
     """The size of the prompt ``request`` renders to, in characters (about 4 per token)."""
     return sum(len(message["content"]) for message in render_messages(
         request, prompts_dir=prompts_dir))
-
-
-def fence(text: str, language: str = "") -> str:
-    """``text`` in a Markdown code fence longer than any backtick run inside it."""
-    longest = run = 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
-    ticks = "`" * max(3, longest + 1)
-    body = text if text.endswith("\n") else text + "\n"
-    return f"{ticks}{language}\n{body}{ticks}"
 
 
 def language(path: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import PurePosixPath
 from pytest_kernelfix.locate.grouping import MAX_EDITABLE_FILES, BugGroup
 from pytest_kernelfix.locate.outline import parse_module
 from pytest_kernelfix.locate.reach import TIER_FIRST, TIER_HELPER, TIER_REST, Located
+from pytest_kernelfix.markdown import fence
 from pytest_kernelfix.project import Project
 
 #: Changed runs separated by at most this many unchanged lines are one hunk.
@@ -376,13 +377,6 @@ def _around(text: str | None, start: int, end: int, lines: Sequence[str]) -> str
     return "\n".join([*rows[low:first], *lines, *rows[last:high]])
 
 
-def _fence(text: str) -> str:
-    ticks = "```"
-    while ticks in text:
-        ticks += "`"
-    return f"{ticks}python\n{text}\n{ticks}"
-
-
 def _cut(text: str, limit: int, what: str) -> str:
     """``text`` within about ``limit`` characters, cut at a line, the lines left out
     counted."""
@@ -428,10 +422,10 @@ def _hunk_block(hunk: Hunk, now: str, was: str, *, around: bool) -> str:
     where = (_lines_word(hunk.span) if hunk.lines
              else f"where the change removed lines, before line {hunk.start}")
     block = (f"{hunk.path}, {where}, now{' (with the lines around)' if around else ''}:\n"
-             f"{_fence(now)}\nbefore the change:")
+             f"{fence(now, 'python')}\nbefore the change:")
     if not was:
         return f"{block} {_plural(len(hunk.base_lines), 'line')} (left out: no room)"
-    return f"{block}\n{_fence(was)}"
+    return f"{block}\n{fence(was, 'python')}"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pytest_kernelfix import __version__
 from pytest_kernelfix.atomic import replace_file
-from pytest_kernelfix.fixers.prompting import fence
 from pytest_kernelfix.heal.outcomes import Exchange, RoundRecord
+from pytest_kernelfix.markdown import fence
 from pytest_kernelfix.redact import redact
 
 #: The folder of the prompt files inside the report dir.
