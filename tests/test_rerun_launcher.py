@@ -20,6 +20,7 @@ from pytest_kernelfix.rerun.launcher import (
     Reruns,
     RerunSetup,
     RerunSpec,
+    RerunStats,
     build_command,
     child_env,
 )
@@ -114,6 +115,16 @@ def test_build_command_runs_pytest_with_the_agent_in_the_sandbox(tmp_path: Path)
 )
 def test_signal_name(returncode: int, name: str) -> None:
     assert signal_name(returncode) == name
+
+
+def test_the_wall_time_of_reruns_never_exceeds_their_sum() -> None:
+    """A caller's span includes the child's start, which the child's own time does not:
+    both are read on the caller's clock, so reruns that ran together count once."""
+    result = RerunResult((), returncode=0, seconds=0.5)
+    stats = RerunStats().add(result, (10.0, 11.0)).add(result, (10.5, 12.0))
+    assert stats.wall == 2.0 and stats.seconds == 2.5 and stats.count == 2
+    untimed = RerunStats().add(result).add(result)
+    assert untimed.wall == untimed.seconds == 1.0
 
 
 def test_result_helpers() -> None:

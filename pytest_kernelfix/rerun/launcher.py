@@ -428,7 +428,9 @@ class RerunStats:
 
     ``seconds`` sums every rerun's own time; ``spans`` are the (start, end) monotonic
     times of the reruns that were timed by their caller, so :attr:`wall` counts reruns
-    that ran at the same time (parallel bugs, poisoned reruns together) once.
+    that ran at the same time (parallel bugs, poisoned reruns together) once. A rerun
+    its caller timed adds its span to ``seconds`` too: one clock for both, so the wall
+    time never exceeds the sum.
     """
 
     count: int = 0
@@ -463,7 +465,8 @@ class RerunStats:
 
     def add(self, result: RerunResult, span: tuple[float, float] | None = None) -> RerunStats:
         hits, lookups = result.compile_cache
-        return self + RerunStats(1, result.seconds, int(result.mode == "fork"),
+        seconds = result.seconds if span is None else span[1] - span[0]
+        return self + RerunStats(1, seconds, int(result.mode == "fork"),
                                  (result.fallback,) if result.fallback else (), hits, lookups,
                                  (span,) if span is not None else (), result.started)
 
