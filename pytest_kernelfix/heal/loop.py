@@ -96,6 +96,7 @@ def heal(
     tidy: Callable[[str], str] = lambda text: text,
     first: Proposal | None = None,
     resume: Resume | None = None,
+    regroup: Callable[[], BugContext] | None = None,
 ) -> HealResult:
     """Run up to ``rounds`` rounds on one bug and return how it ended.
 
@@ -104,7 +105,10 @@ def heal(
     round 1's answer when it was asked for already (a fixer that costs nothing is asked
     before the baseline rerun). ``resume`` goes on from a heal whose winner a later
     verification rejected: its rounds are kept, its last one now ends with that verdict,
-    and the next round starts from the winner with the verdict as feedback.
+    and the next round starts from the winner with the verdict as feedback. ``regroup``
+    gives the bug's context as its failing tests are known at the start of each round
+    (the tests of a bug healed while they run join it later): a new one is shown from
+    then on, with the code earlier answers asked for.
     """
     started = clock()
     originals = dict(originals)
@@ -117,6 +121,8 @@ def heal(
     first_prompt = 0
     previous: tuple[object, ...] | None = None
     masked: tuple[Mapping[str, str], str] | None = None  # (candidate, summary)
+    built = context  # the context as given or regrouped, before what answers asked for
+    needed: list[NeedAnswer] = []
     if resume is not None:
         current = {**current, **resume.result.final}
         summary = tidy(resume.verdict.summary)
@@ -169,6 +175,11 @@ def heal(
                                                 "was tried"), *stop.args[:1])
 
     for number in range(len(records) + 1, rounds + 1):
+        fresh = regroup() if regroup is not None else built
+        if fresh is not built:  # more failing tests: the context shows them now
+            built = context = fresh
+            for answer in needed:
+                context = _with_need(context, answer)
         shown = shown_definitions(context)  # this round's prompt: a need may add to it
         request = ProposalRequest(
             context=context,
@@ -221,6 +232,7 @@ def heal(
         if proposal.need and resolve_need is not None:
             answer = resolve_need(proposal.need, current, context.focus)
             context = _with_need(context, answer)
+            needed.append(answer)
             for path, text in answer.files.items():
                 originals.setdefault(path, text)
                 current.setdefault(path, text)
