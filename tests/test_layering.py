@@ -109,3 +109,48 @@ def test_every_stage_has_rules() -> None:
     stages = {path.name for path in PACKAGE.iterdir()
               if path.is_dir() and (path / "__init__.py").exists()}
     assert stages - {"session"} <= set(ALLOWED) | {"prompts"}
+
+
+
+def circles(modules: Mapping[str, str]) -> list[list[str]]:
+    """The package's import circles (imports inside functions included): each the sorted
+    modules that import one another, directly or through others."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, source in modules.items():
+        for target in imported(source):
+            while target and target not in modules:  # a name imported from a module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    reach = {name: reached(graph, name) for name in graph}
+    found = {tuple(sorted(other for other in reach[name] if name in reach[other]))
+             for name in graph}
+    return sorted(list(circle) for circle in found if len(circle) > 1)
+
+
+def reached(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others, and itself."""
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        for target in graph[frontier.pop()] - seen:
+            seen.add(target)
+            frontier.append(target)
+    return seen
+
+
+def test_the_session_and_the_plugin_import_in_one_direction() -> None:
+    """No circle goes through ``session`` or the entry point: the helper the plugin starts
+    early and the controller share what both build (``session/start.py``) instead of
+    importing each other."""
+    faces = ("pytest_kernelfix.plugin", "pytest_kernelfix.session")
+    assert [circle for circle in circles(package_sources())
+            if any(name.startswith(faces) for name in circle)] == []
+
+
+def test_a_circle_is_found() -> None:
+    sources = package_sources()
+    sources["pytest_kernelfix.session.start"] += (
+        "\ndef f():\n    from pytest_kernelfix.session import controller\n")
+    assert any({"pytest_kernelfix.session.controller", "pytest_kernelfix.session.start"}
+               <= set(circle) for circle in circles(sources))
