@@ -110,6 +110,7 @@ class _BugHeal:
         self.files: dict[str, str] = {}  # the text the rounds start from
 
     def plain(self, group: BugGroup) -> BugContext:
+        """The context without a change since a base (or before the experiment)."""
         return build_context(group, self.project, device=self.inputs.device,
                              checks=self.checks)
 
@@ -122,6 +123,7 @@ class _BugHeal:
 
     def heal(self, winners: Sequence[Winner], claim: Callable[[], str],
              verifier: Verifier | None, ask_first: bool | None) -> HealResult:
+        """The bug up to its result, one step after the other (see :func:`heal_bug`)."""
         group, inputs, stages, project = self.group, self.inputs, self.stages, self.project
         try:
             originals = read_originals(project.root, self.widened.editable)
