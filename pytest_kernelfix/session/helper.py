@@ -49,6 +49,7 @@ from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, interrupt_name
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import ProposalRequest
+    from pytest_kernelfix.locate.base import Changes
     from pytest_kernelfix.report.artifacts import SessionReport
     from pytest_kernelfix.session.pipeline import SessionInputs
 
@@ -70,12 +71,13 @@ class Start:
 
 @dataclass(frozen=True)
 class Session:
-    """What is known once the session starts: how many processes run the tests, and
+    """What is known once the session starts: how many processes run the tests,
     whether a ``pytest_kernelfix_propose`` hook is implemented (the test process answers
-    it)."""
+    it), and the change since the base (read there, once)."""
 
     test_processes: int
     hooked: bool
+    changes: Changes | None = None
 
 
 def early(config: Any, namespace: Any, device: str) -> Helper | None:
@@ -328,7 +330,7 @@ class Healer:
                               setup=start.setup,
                               stages=lambda: self.stages(start, session, reruns),
                               test_processes=session.test_processes, progress=self.line,
-                              cancel=self.cancel)
+                              cancel=self.cancel, changes=session.changes)
             finishing: threading.Thread | None = None
             while True:
                 try:
