@@ -135,7 +135,7 @@ class Helper:
                     [sys.executable, "-c", BOOTSTRAP, str(theirs_in), str(theirs_out)],
                     pass_fds=(theirs_in, theirs_out), stdin=subprocess.DEVNULL,
                     stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                    env=dict(start.setup.base_env or os.environ))
+                    env=self._env(start))
         except OSError:
             for fd in (ours_in, theirs_out, theirs_in, ours_out):
                 os.close(fd)
@@ -147,6 +147,14 @@ class Helper:
         self.outbox = Connection(ours_out, readable=False)
         self.send(("start", start))
         self.reader: threading.Thread | None = None
+
+    def _env(self, start: Start) -> dict[str, str]:
+        """The helper's environment, its temporary files (rerun servers, sandboxes) kept
+        in this helper's own folder: a helper killed for not stopping in time leaves
+        nothing behind that :meth:`close` does not remove."""
+        temp = self.work / "tmp"
+        temp.mkdir()
+        return {**(start.setup.base_env or os.environ), "TMPDIR": str(temp)}
 
     def begin(self, session: Session, *, ask: Callable[[ProposalRequest], Any],
               progress: Callable[[str], None]) -> None:
