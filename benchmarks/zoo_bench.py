@@ -31,8 +31,8 @@ Per project, on fresh copies of the trees:
   undone, whenever the prompt shows the faulty lines).
 
 Per bug: report written, INTERNALERROR, the failing tests captured (every test the run
-counted as failed is in a bug of the report), the faulty lines in the first prompt, and
-healed with the oracle (:func:`historic_bench.judge`).
+counted as failed is in the report: in a bug, or unselected with the reason), the faulty
+lines in the first prompt, and healed with the oracle (:func:`historic_bench.judge`).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class Run:
     seconds: float
     internal_error: bool
     report: bool  # .kernelfix/report.json written
-    captured: bool  # every failing test counted is in a bug of the report (or none failed)
+    captured: bool  # every failing test is in the report: in a bug, or unselected with why
     bugs: tuple[str, ...]  # "id: status: reason" per bug of the report
     unselected: int  # failing tests the selection left out
     header: str  # the plugin's "kernelfix: device ..." line
@@ -194,7 +194,7 @@ def run_pytest(command: list[str], root: Path, env: dict[str, str], timeout: int
                   "")
     return Run(exit_code=code, passed=counts.get("passed", 0), failed=failed, seconds=seconds,
                internal_error="INTERNALERROR" in out, report=report_path.exists(),
-               captured=failed == 0 or (len(grouped) + unselected >= failed and bool(bugs)),
+               captured=len(grouped) + unselected >= failed,
                bugs=tuple(f"{b['id']}: {b['status']}: {b['reason'][:200]}" for b in bugs),
                unselected=unselected, header=header, tail=out[-2500:])
 
@@ -209,8 +209,8 @@ def project_env(zoo: ZooProject, root: Path, python_path: str = "") -> dict[str,
     return env
 
 
-def run_plain(zoo: ZooProject, python: str, clean: Path, work: Path, timeout: int) -> Run:
-    root = fresh_copy(clean, work / "runs" / zoo.project.name / "plain")
+def run_plain(zoo: ZooProject, python: str, tree: Path, work: Path, timeout: int) -> Run:
+    root = fresh_copy(tree, work / "runs" / zoo.project.name / "plain")
     command = new_user_command(python, zoo.project, zoo.selection,
                                "--kernelfix-device=interpret", "--tb=short")
     return run_pytest(command, root, project_env(zoo, root), timeout)
@@ -262,18 +262,18 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def project_lines(name: str, plain: Run | None, as_is: Run | None) -> list[str]:
+def project_lines(name: str, plain: Run | None, run: Run) -> list[str]:
     lines = [f"## {name}"]
-    for label, run in (("plain", plain), ("as is", as_is)):
-        if run is None:
-            continue
-        lines.append(f"{label}: exit {run.exit_code}, {run.passed} passed, {run.failed} failed, "
-                     f"{run.seconds:.0f} s, report {_yes(run.report)}, ended {_yes(run.ended)}, "
-                     f"INTERNALERROR {_yes(run.internal_error)}, captured {_yes(run.captured)}"
-                     + (f", unselected {run.unselected}" if run.unselected else ""))
-        lines += [f"  {bug}" for bug in run.bugs]
-        if label == "as is" and not run.ended:
-            lines.append("  " + run.tail[-1200:].replace("\n", "\n  "))
+    if plain is not None:  # no healing: its counts and time are all it tells
+        lines.append(f"plain: exit {plain.exit_code}, {plain.passed} passed, {plain.failed} "
+                     f"failed, {plain.seconds:.0f} s")
+    lines.append(f"as is: exit {run.exit_code}, {run.passed} passed, {run.failed} failed, "
+                 f"{run.seconds:.0f} s, report {_yes(run.report)}, ended {_yes(run.ended)}, "
+                 f"INTERNALERROR {_yes(run.internal_error)}, captured {_yes(run.captured)}"
+                 + (f", unselected {run.unselected}" if run.unselected else ""))
+    lines += [f"  {bug}" for bug in run.bugs]
+    if not run.ended:
+        lines.append("  " + run.tail[-1200:].replace("\n", "\n  "))
     return lines
 
 
@@ -303,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only these bugs (default: all of each project)")
     parser.add_argument("--no-bugs", action="store_true", help="plain and as-is runs only")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain run")
+    parser.add_argument("--check", action="store_true",
+                        help="only run the selection, unhealed, on each bugged tree: it must fail")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per pytest run")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     options = parser.parse_args(argv)
@@ -329,6 +331,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         python = pythons.get(name, sys.executable)
         clean = hb.clean_tree(project.project, checkout, work)
+        try:  # every edit applies before anything runs
+            for bug in project.bugs:
+                bugged_tree(bug, project.project, clean, work)
+        except RuntimeError as error:
+            print(f"skipped {name}: {error}")
+            continue
+        if options.check:
+            for bug in project.bugs:
+                bugged = bugged_tree(bug, project.project, clean, work)
+                run = run_plain(project, python, bugged, work / "check" / bug.name,
+                                options.timeout)
+                print(f"{'ok ' if run.failed else 'BAD'} {name}/{bug.name}: {run.passed} passed, "
+                      f"{run.failed} failed ({run.seconds:.0f} s)", flush=True)
+            continue
         plain = None if options.no_plain else run_plain(project, python, clean, work,
                                                         options.timeout)
         as_is = run_as_is(project, python, clean, work, options.timeout)
