@@ -96,9 +96,11 @@ def load(path: Path = CATALOGUE) -> dict[str, ZooProject]:
 
 
 def bugged_tree(bug: InjectedBug, project: hb.Project, clean: Path, work: Path) -> Path:
-    """The clean tree with ``bug`` injected; made once per work dir."""
+    """The clean tree with ``bug`` injected; made once per work dir and edit (an edited
+    catalogue entry makes it anew)."""
     tree = work / "trees" / f"{project.name}-{bug.name}"
-    if (tree / hb.READY).exists():
+    stamp = json.dumps([project.head, bug.file, bug.old, bug.new]) + "\n"
+    if (tree / hb.READY).exists() and (tree / hb.READY).read_text() == stamp:
         return tree
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(clean, tree, symlinks=True)
@@ -110,7 +112,7 @@ def bugged_tree(bug: InjectedBug, project: hb.Project, clean: Path, work: Path) 
         raise RuntimeError(f"{project.name}/{bug.name}: the edit's old text occurs "
                            f"{text.count(bug.old)} times in {bug.file}")
     path.write_text(text.replace(bug.old, bug.new))
-    (tree / hb.READY).write_text(bug.name + "\n")
+    (tree / hb.READY).write_text(stamp)
     return tree
 
 
