@@ -422,3 +422,34 @@ def test_wrong_values_from_launches_one_helper_sizes_are_one_bug(tmp_path: Path)
     assert len(group_failures(bugs, project)) == 2  # no launch worked: no contrast
     passing = PassedTest("tests/test_k.py::test_kc", (launch("kc"),))
     assert len(group_failures(bugs, project, passed=[elsewhere, passing])) == 2
+
+
+def test_a_python_error_in_a_wrapper_names_the_bug_after_the_wrapper(tmp_path: Path) -> None:
+    """The wrapper launched its kernel, then raised: the bug is the wrapper's. A launch
+    refused at the wrapper's launch line is the kernel's; a check helper of the project
+    that raised the test's AssertionError is no wrapper."""
+    write_files(tmp_path, {
+        "ops/kern.py": "import triton\n\n\n@triton.jit\ndef col_kernel(x):\n    pass\n",
+        "ops/wrap.py": ("from ops.kern import col_kernel\n\n\nclass Col:\n"
+                        "    def forward(self, x, dtype):\n        col_kernel[(1,)](x)\n"
+                        "        return total\n\n\ndef close(a, b):\n    assert a == b\n"),
+        "tests/test_col.py": "def test_col():\n    Col().forward(x, 1)\n    close(1, 2)\n",
+    })
+    test, wrap = str(tmp_path / "tests" / "test_col.py"), str(tmp_path / "ops" / "wrap.py")
+    launch = KernelLaunch("col_kernel", str(tmp_path / "ops" / "kern.py"), 5,
+                          sites=((wrap, 6, "forward"),))
+    call = Frame(test, 2, "test_col", "Col().forward(x, 1)")
+
+    def named(kind: str, *frames: Frame) -> str:
+        broken = Failure("tests/test_col.py::test_col", test,
+                         ErrorInfo(kind, "boom", (call, *frames)), "log", (launch,))
+        (group,) = group_failures([broken], Project(tmp_path))
+        assert group.id.startswith(f"{group.kernel.lower().replace('.', '-')}-")
+        return group.kernel
+
+    assert named("NameError", Frame(wrap, 7, "forward", "return total")) == "Col.forward"
+    assert named("TypeError", Frame(wrap, 6, "forward", "col_kernel[(1,)](x)"),
+                 Frame("/site-packages/triton/runtime/jit.py", 9, "run")) == "col_kernel"
+    checked = Frame(test, 3, "test_col", "close(1, 2)")
+    assert named("AssertionError", checked, Frame(wrap, 11, "close", "assert a == b")) == (
+        "col_kernel")

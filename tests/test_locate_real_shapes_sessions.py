@@ -91,6 +91,6 @@ def test_real_faults_in_the_wrappers_and_the_gradient_path_heal(
     assert any(b["changed_files"] == [path] and b["rounds"] == 1 for b in bugs)
     assert all(b["first_prompt_chars"] <= PROMPT_BUDGET for b in bugs if b["rounds"])
     kernels = {b["kernel"] for b in bugs if b["rounds"]}
-    expected = {"no-check": "matmul_act_kernel", "unbound": "column_sum_kernel",
+    expected = {"no-check": "matmul_act_kernel", "unbound": "bias_grad",  # the raiser
                 "partial-rows": "act_grad_kernel", "gelu-grad": "act_grad_kernel"}[bug]
     assert kernels == {expected}

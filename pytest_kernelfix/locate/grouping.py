@@ -39,7 +39,8 @@ MAX_EDITABLE_FILES = 8
 
 @dataclass(frozen=True)
 class BugGroup:
-    """One bug: its failing tests, the files a fix may edit, and a stable id."""
+    """One bug: its failing tests, the files a fix may edit, and a stable id; ``kernel``
+    is what it is named after (a kernel, or the wrapper that raised)."""
 
     id: str
     kernel: str
@@ -163,22 +164,30 @@ def _definition(path: str, line: int, name: str, project: Project, reach: Reach)
     return project.relative(path), found.qualname if found is not None else name
 
 
-def _kernel_name(failure: Failure, editable: tuple[str, ...], project: Project) -> str:
-    """The kernel the failing check depends on: one that raised; else the last launched
-    from the project function that raised; for a check of gradients the first launched
-    from a ``backward`` (the one every gradient goes through); else the first launched."""
+def _bug_name(failure: Failure, editable: tuple[str, ...], project: Project,
+             reach: Reach) -> str:
+    """What the bug is named after: the kernel that raised; the kernel launched at the
+    project line that raised (a launch the compiler or the launcher refused); the project
+    function that raised a Python exception (a wrapper, not a kernel it launched
+    before); for a check of gradients the first kernel launched from a ``backward`` (the
+    one every gradient goes through); else the first launched."""
     ours = [launch for launch in failure.launches if project.contains(launch.file)]
     launched = {launch.name for launch in ours}
     for frame in reversed(failure.error.frames):
         if frame.name in launched:
             return frame.name
+    checks = set(check_frames(failure, project))  # an assertion helper did not raise it
     raised = next((frame for frame in reversed(failure.error.frames)
-                   if project.is_source(frame.path)), None)
+                   if project.is_source(frame.path) and frame not in checks), None)
     if raised is not None:
-        from_there = [launch.name for launch in ours if any(
-            file == raised.path and name == raised.name for file, _, name in launch.sites)]
-        if from_there:
-            return from_there[-1]
+        at_launch = [launch.name for launch in ours if any(
+            file == raised.path and line == raised.lineno for file, line, _ in launch.sites)]
+        if at_launch:
+            return at_launch[-1]
+        index = reach.module(raised.path)
+        found = index.at(raised.lineno) if index is not None else None
+        if found is not None and not found.jit:
+            return found.qualname
     backward = [launch.name for launch in ours
                 if any(name == "backward" for _, _, name in launch.sites)]
     if backward and checks_gradients(failure, project):
@@ -254,7 +263,7 @@ def group_failures(
                 str(project.root / path))]
             rest = [path for key in parts for path in key[0]]
             editable = tuple(dict.fromkeys([*first, *editable, *rest]))[:MAX_EDITABLE_FILES]
-        kernel = _kernel_name(lead[0], editable, project)
+        kernel = _bug_name(lead[0], editable, project, reach)
         gid = group_id(kernel, lead[0].error.type, lead_key[1], editable)
         shown = rank_by_words([item for item in located if item.path in editable],
                               [member.nodeid for member in members])
