@@ -33,6 +33,7 @@ from pytest_kernelfix.locate.context import (
     rendered_size,
 )
 from pytest_kernelfix.locate.grouping import group_failures
+from pytest_kernelfix.locate.names import name_lines
 from pytest_kernelfix.locate.reach import (
     TIER_FIRST,
     TIER_HELPER,
@@ -43,6 +44,7 @@ from pytest_kernelfix.locate.reach import (
     Seeds,
 )
 from pytest_kernelfix.project import Project
+from pytest_kernelfix.session.asking import NOTE_ROOM, fill_budget, prompt_size
 
 LOG = (Path(__file__).parent / "logs" / "interpreter_wrapped.txt").read_text()
 ROOT = "/home/dev/proj"
@@ -419,3 +421,163 @@ def test_a_short_module_mostly_found_keeps_its_imports_longer_than_a_long_one_it
     _, views = fit_views(located, texts, 2_500)
     wrap = views["kernels/wrap.py"]
     assert wrap.focused and "return dy * ctx.eps, None" in wrap.content
+
+
+def _long_wrapper(steps: int = 120) -> str:
+    """A launch wrapper of some 280 lines that binds ``acc`` on one branch only, in its
+    middle, and reads it at its end, long after its launch."""
+    head = "".join(f"    prep_{i} = x.shape[0] * {i} + {i}  # preparing the launch\n"
+                   for i in range(steps // 2))
+    tail = "".join(f"    post_{i} = prep_{i % 10} - {i}  # after the launch, step {i}\n"
+                   for i in range(steps))
+    return ("import torch\nimport triton\n\n\n@triton.jit\ndef scale_kernel(x_ptr):\n"
+            "    pass\n\n\ndef scaled_sum(x, dtype=None):\n" + head
+            + "    scale_kernel[(1,)](x)\n" + head.replace("prep_", "more_")
+            + "    if dtype is None:\n        acc = torch.zeros(4)\n        mode = 'plain'\n"
+            + "    else:\n        mode = 'cast'\n"
+            + tail + "    return acc.sum() + post_0\n")
+
+
+def test_a_cut_for_an_error_about_a_name_keeps_its_lines_and_branches() -> None:
+    """An UnboundLocalError read at the end of a long wrapper: the cut keeps the if/else
+    in its middle (where the name is bound on one branch only) as well as its head, the
+    line that raised and the launch, and the outline says which lines are missing."""
+    text = _long_wrapper()
+    lines = text.splitlines()
+    raised = lines.index("    return acc.sum() + post_0") + 1
+    launch = lines.index("    scale_kernel[(1,)](x)") + 1
+    located = [Located("ops/w.py", "scaled_sum", 98.0, "raised the error", tier=TIER_FIRST),
+               Located("ops/w.py", "scale_kernel", 100.0, "launched kernel", True, TIER_KERNEL)]
+    story = "    if dtype is None:\n        acc = torch.zeros(4)\n        mode = 'plain'\n" \
+            "    else:\n        mode = 'cast'\n"
+    anchors = {"ops/w.py": [raised, launch]}
+    plain = fit(located, {"ops/w.py": text}, 4_000, anchors=anchors, kernels_last=False)
+    assert story not in plain.views["ops/w.py"].content  # the middle is what a cut drops
+    marked = {"ops/w.py": name_lines(text, raised, ["acc"])}
+    view = fit(located, {"ops/w.py": text}, 4_000, anchors=anchors, kernels_last=False,
+               marked=marked).views["ops/w.py"]
+    assert rendered_size(view) <= 4_100
+    assert story in view.content
+    assert "def scaled_sum(x, dtype=None):" in view.content
+    assert "    return acc.sum() + post_0" in view.content
+    assert "    scale_kernel[(1,)](x)" in view.content
+    assert "post_60 =" not in view.content
+    assert view.cut == ("scaled_sum",)
+    (said,) = [line for line in view.outline if "cut for length" in line]  # one line for all
+    assert said.count("-") >= 3 and "parts of scaled_sum" in said
+    assert '"need": ["ops/w.py:scaled_sum"] shows it whole' in said
+    gone = [int(part.split("-")[0]) for part in said.split(":")[0].split(", ")]
+    assert any(lines[number - 1].startswith("    post_") for number in gone)
+
+
+def test_a_wrapper_that_raised_keeps_its_lines_while_a_kernel_in_another_file_is_cut(
+    tmp_path: Path,
+) -> None:
+    """The raising wrapper and the kernel it launched live in two files: under the budget
+    the kernel is cut first, whichever view is larger, and the wrapper keeps the branch
+    that binds the name; the bug is named after the wrapper."""
+    (tmp_path / "ops").mkdir()
+    wrapper = _long_wrapper(60).replace(
+        "@triton.jit\ndef scale_kernel(x_ptr):\n    pass\n",
+        "from ops.kern import scale_kernel\n").replace("import triton\n", "")
+    kernel = "import triton\n\n\n@triton.jit\ndef scale_kernel(x_ptr):\n" + "".join(
+        f"    v_{i} = {i}  # a long kernel body, line {i} of it\n" for i in range(400))
+    (tmp_path / "ops" / "w.py").write_text(wrapper)
+    (tmp_path / "ops" / "kern.py").write_text(kernel)
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "test_w.py"
+    test.write_text("def test_w():\n    scaled_sum(x, dtype=1)\n")
+    lines = wrapper.splitlines()
+    raised = lines.index("    return acc.sum() + post_0") + 1
+    launch = lines.index("    scale_kernel[(1,)](x)") + 1
+    w, k = str(tmp_path / "ops" / "w.py"), str(tmp_path / "ops" / "kern.py")
+    error = ErrorInfo("UnboundLocalError", "cannot access local variable 'acc' where it is "
+                      "not associated with a value", (
+                          Frame(str(test), 2, "test_w", "scaled_sum(x, dtype=1)"),
+                          Frame(w, raised, "scaled_sum", "return acc.sum() + post_0")))
+    failure = Failure("tests/test_w.py::test_w", str(test), error, "E   UnboundLocalError",
+                      (KernelLaunch("scale_kernel", k, 5, sites=((w, launch, "scaled_sum"),)),))
+    project = Project(tmp_path)
+    (group,) = group_failures([failure], project)
+    assert group.kernel == "scaled_sum" and group.id.startswith("scaled_sum-unboundlocalerror-")
+    context = build_context(group, project, device="interpret", budget=19_000)
+    views = {source.path: source for source in context.editable}
+    assert "    else:\n        mode = 'cast'\n" in views["ops/w.py"].content
+    assert "ops/kern.py" in {path for path, source in views.items() if source.cut}
+    assert rendered_size(views["ops/w.py"]) > rendered_size(views["ops/kern.py"])
+
+
+def test_the_launched_kernel_is_whole_before_the_test_source_gets_room(tmp_path: Path) -> None:
+    """A test module whose failing test is long and calls helpers, and a kernel that only
+    fits whole if the test source keeps the failing test alone, cut short: it does."""
+    project, failure = _project(tmp_path, functions=2)
+    text = (tmp_path / "kernels" / "big.py").read_text().replace(
+        "    offs = tl.arange(0, BLOCK_N)\n", "    offs = tl.arange(0, BLOCK_N)\n" + "".join(
+            f"    x = x + {i}  # a long kernel, line {i}\n" for i in range(300)))
+    (tmp_path / "kernels" / "big.py").write_text(text)
+    test = tmp_path / "tests" / "test_big.py"
+    test.write_text("import torch\n\n\ndef check(a, b):\n    assert torch.allclose(a, b)\n"
+                    + "".join(f"\n\ndef helper_{i}():\n    return {i}  # a helper\n"
+                              for i in range(40))
+                    + "\n\ndef test_big():\n" + "".join(f"    y_{i} = helper_{i}()\n"
+                                                       for i in range(40))
+                    + "    run_it()\n    check(y_0, y_1)\n"
+                    + "\nimport os  # an import between the tests: not part of the header\n"
+                    + "".join(f"\n\ndef test_other_{i}():\n    assert True  # line {i}\n"
+                              for i in range(100)))
+    (group,) = group_failures([failure], project)
+    context = build_context(group, project, device="interpret", budget=26_000)
+    (big,) = context.editable
+    assert "the_kernel" in big.shown and "the_kernel" not in big.cut
+    assert "x = x + 150  # a long kernel, line 150" in big.content
+    (shown_test,) = context.tests
+    assert "def test_big():" in shown_test.content and "def helper_3():" not in shown_test.content
+    assert "test_other_50" not in shown_test.content
+    assert rendered_size(shown_test) <= 1_700
+
+
+def test_the_budget_the_template_leaves_goes_to_the_helper_that_sizes_the_launch(
+    tmp_path: Path,
+) -> None:
+    """build_context reserves an estimate for the templates' own text; the prompt they
+    render leaves some of it unused. Sized by the rendered prompt, the context gets that
+    room back: ``calculate_settings``, an outline line before, is shown whole, and the
+    prompt stays within the budget less the room kept for notes."""
+    text = NORM.replace("    mean_square = tl.sum(x * x, axis=0) / n_cols\n",
+                        "    mean_square = tl.sum(x * x, axis=0) / n_cols\n" + "".join(
+                            f"    x = x * 1.0  # scaling step {i} of the row, as it was\n"
+                            for i in range(40)))
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "norm.py").write_text(text)
+    (tmp_path / "kernels" / "utils.py").write_text(UTILS)
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "test_norm.py"
+    test.write_text("def test_norm():\n    y = norm_forward(x, 1e-6, 0)\n"
+                    "    assert torch.allclose(y, ref)\n")
+    lines = text.splitlines()
+    kernel = next(n for n, line in enumerate(lines, 1) if line.startswith("def norm_kernel"))
+    launch = next(n for n, line in enumerate(lines, 1) if "norm_kernel[(n_rows,)]" in line)
+    norm = str(tmp_path / "kernels" / "norm.py")
+    failure = Failure("tests/test_norm.py::test_norm", str(test), ErrorInfo(
+        "AssertionError", "assert False", (Frame(str(test), 3, "test_norm"),)),
+        "E   AssertionError\n" * 50, (KernelLaunch(
+            "norm_kernel", norm, kernel, constexprs=(("MODE", 0), ("BLOCK_SIZE", 64)),
+            sites=((norm, launch, "norm_forward"),)),))
+    project = Project(tmp_path)
+    (group,) = group_failures([failure], project)
+    budget = 14_000  # the default's proportions, at a size this module tells apart
+
+    def build(given: int) -> BugContext:
+        return build_context(group, project, device="interpret", budget=given)
+
+    measure = prompt_size(None)
+    plain, sized = build(budget), fill_budget(build, measure, budget)
+    utils = {source.path: source for source in plain.editable}["kernels/utils.py"]
+    assert "calculate_settings" not in utils.shown
+    assert measure(plain) < budget - NOTE_ROOM - 1_000  # the estimate left that unused
+    utils = {source.path: source for source in sized.editable}["kernels/utils.py"]
+    assert utils.shown == ("calculate_settings",) and not utils.cut
+    assert "    num_warps = 4 if BLOCK_SIZE < 2048 else 8" in utils.content
+    assert measure(plain) < measure(sized) <= budget - NOTE_ROOM
+    (norm_view,) = [source for source in sized.editable if source.path == "kernels/norm.py"]
+    assert not norm_view.cut and "def norm_forward(x, eps, mode):" in norm_view.content

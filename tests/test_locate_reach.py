@@ -171,6 +171,16 @@ def test_outline_reads_definitions_launches_and_what_feeds_them(root: Path) -> N
     assert parse_module("def broken(:\n").error.startswith("SyntaxError")
 
 
+def test_the_import_header_ends_before_the_first_definition() -> None:
+    """A test module that imports again between its tests (``import random`` two hundred
+    lines down): that import still resolves, but the header a view shows is the top's."""
+    text = ("import torch\nimport pytest\n\n\ndef test_a():\n    pass\n\n\n"
+            "import random\n\n\ndef test_b():\n    random.random()\n")
+    index = parse_module(text)
+    assert index.import_span == (1, 2)
+    assert "random" in index.import_map
+
+
 def test_names_resolve_through_every_import_form(root: Path) -> None:
     reach = Reach(Project(root))
     gated = str(root / "pkg/kernels/gated.py")

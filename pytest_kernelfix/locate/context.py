@@ -29,6 +29,7 @@ from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.logs import clean_log, relative_paths, truncate_log
 from pytest_kernelfix.locate.change import ChangeView
 from pytest_kernelfix.locate.grouping import BugGroup
+from pytest_kernelfix.locate.names import error_names, name_lines
 from pytest_kernelfix.locate.outline import Definition, ModuleIndex, parse_module
 from pytest_kernelfix.locate.reach import (
     TIER_FIRST,
@@ -48,13 +49,18 @@ from pytest_kernelfix.redact import redact
 PROMPT_BUDGET = 24_000
 #: Characters per token of these prompts, for the report's token estimate.
 CHARS_PER_TOKEN = 3.7
-#: What the templates' own text takes (the rules, headings, how the fix is verified).
+#: What the templates' own text takes (the rules, headings, how the fix is verified), as
+#: an estimate: a session measures the prompt it renders and gives back what this leaves
+#: unused (:func:`pytest_kernelfix.session.asking.fill_budget`).
 RESERVED = 7_000
 #: The error log, at most; the test sources: a module shown whole up to TESTS_WHOLE, the
-#: failing tests and their helpers up to TESTS_BUDGET (what they give way to).
+#: failing tests and their helpers up to TESTS_BUDGET (what they give way to), then the
+#: failing tests alone up to TESTS_LEAST.
 LOG_BUDGET = 4_000
 TESTS_WHOLE = 5_000
 TESTS_BUDGET = 3_000
+#: The failing tests alone, at most, when the launched kernels would be cut otherwise.
+TESTS_LEAST = 1_500
 #: Modules longer than this are shown focused rather than whole.
 VIEW_LINES = 150
 #: Outline lines per file, at most (fewer for a file none of whose definitions is shown).
@@ -68,7 +74,8 @@ class SourceFile:
 
     ``text`` is the whole file. ``view`` is set when the file is shown focused: the
     definitions in ``shown`` in full, each span headed ``# --- lines A-B ---``; the
-    ``outline`` then has one line per definition left out.
+    ``outline`` then has one line per definition left out. ``cut`` are those of
+    ``shown`` cut for length (the outline says which lines are missing).
     """
 
     path: str
@@ -76,6 +83,7 @@ class SourceFile:
     view: str = ""
     outline: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()
+    cut: tuple[str, ...] = ()
 
     @property
     def focused(self) -> bool:
@@ -252,6 +260,11 @@ class Shape:
     outline: bool = True
 
 
+#: A cut that misses its size (the markers of the pieces it leaves cost characters
+#: too) is made again this much deeper; what it frees is given back at the end of fit.
+CUT_MARGIN = 200
+#: A definition cut in more places than this has one outline line for all of them.
+GROUPED_CUTS = 2
 #: A docstring of at least this many lines gives way to a marker under the budget.
 DOC_LINES = 4
 #: A span cut for length keeps at least this many characters, and the lines this close to
@@ -320,14 +333,16 @@ def _overlaps(definition: Definition, spans: Sequence[tuple[int, int]]) -> bool:
 
 def render_source(path: str, text: str, symbols: Sequence[str], *,
                   limit: int | None = None, keep: int = 1, shape: Shape = Shape(),
-                  order: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
+                  order: Sequence[str] = (), anchors: Sequence[int] = (),
+                  marked: Sequence[int] = (), spare: Sequence[str] = ()) -> SourceFile:
     """``text`` shown focused on ``symbols`` (qualified names, most important first).
 
     Over ``limit`` characters the last symbols (all but ``keep``) are left to the
     outline; when those kept are still too long, the longest definitions are cut in the
-    middle at line boundaries (in ``order`` when given, else the longest first), the
-    lines around each of ``anchors`` kept, and the outline says which lines are missing.
-    A module that does not parse is shown whole.
+    middle at line boundaries (in ``order`` when given, else the longest first; never
+    those in ``spare``), the lines around each of ``anchors`` and the ``marked`` lines
+    kept, and the outline says which lines are missing. A module that does not parse is
+    shown whole.
     """
     index = parse_module(text)
     if index.error:
@@ -342,7 +357,7 @@ def render_source(path: str, text: str, symbols: Sequence[str], *,
         room = limit - rendered_size(view)
         for _ in range(4):  # the markers of a cut cost characters too: cut more for them
             cut = _render(path, text, index, lines, kept, shape, room=room, order=order,
-                          anchors=anchors)
+                          anchors=anchors, marked=marked, spare=spare)
             over = rendered_size(cut) - limit
             if over <= 0:
                 break
@@ -356,12 +371,14 @@ def _size(lines: Sequence[str], start: int, end: int) -> int:
 
 
 def _kept(start: int, end: int, lines: Sequence[str], budget: int,
-          anchors: Sequence[int]) -> set[int]:
-    """The lines of ``start``-``end`` kept within ``budget`` characters: those around
-    each anchor (a traceback line, a launch), then the head and the tail."""
-    keep = {line for anchor in anchors if start <= anchor <= end
-            for line in range(max(start, anchor - ANCHOR_LINES),
-                              min(end, anchor + ANCHOR_LINES) + 1)}
+          anchors: Sequence[int], marked: Sequence[int] = ()) -> set[int]:
+    """The lines of ``start``-``end`` kept within ``budget`` characters: the ``marked``
+    ones (about the name an error is about), those around each anchor (a traceback
+    line, a launch), then the head and the tail."""
+    keep = {line for line in marked if start <= line <= end}
+    keep |= {line for anchor in anchors if start <= anchor <= end
+             for line in range(max(start, anchor - ANCHOR_LINES),
+                               min(end, anchor + ANCHOR_LINES) + 1)}
     left = budget - sum(len(lines[line - 1]) + 1 for line in keep)
     head = left * 0.6
     for line in range(start, end + 1):
@@ -394,19 +411,20 @@ def _runs(lines: Iterable[int]) -> list[tuple[int, int]]:
 
 
 def _cut(spans: list[tuple[int, int]], lines: Sequence[str], room: int,
-         ranges: Sequence[tuple[int, int]], anchors: Sequence[int] = ()
-         ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+         ranges: Sequence[tuple[int, int]], anchors: Sequence[int] = (),
+         marked: Sequence[int] = ()) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """``spans`` with ``-room`` characters cut out of ``ranges`` (the definitions shown, in
     the order they may be cut). Each keeps its head, its tail (a kernel's fault is as
     often in its final store as in its loads) and the lines around its ``anchors`` (the
-    line that raised, the launch). Returns the spans left and the line ranges cut."""
+    line that raised, the launch) and its ``marked`` lines. Returns the spans left and the
+    line ranges cut."""
     cuts: list[tuple[int, int]] = []
     remaining = -room
     for start, end in ranges:
         if remaining <= 0:
             break
         size = _size(lines, start, end)
-        keep = _kept(start, end, lines, max(size - remaining, MIN_CUT), anchors)
+        keep = _kept(start, end, lines, max(size - remaining, MIN_CUT), anchors, marked)
         gone = _runs(set(range(start, end + 1)) - keep)
         if not gone:
             continue
@@ -426,17 +444,21 @@ def _cut(spans: list[tuple[int, int]], lines: Sequence[str], room: int,
 
 def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
             symbols: Sequence[str], shape: Shape, room: int = 0,
-            order: Sequence[str] = (), anchors: Sequence[int] = ()) -> SourceFile:
+            order: Sequence[str] = (), anchors: Sequence[int] = (),
+            marked: Sequence[int] = (), spare: Sequence[str] = ()) -> SourceFile:
     """The focused view; a negative ``room`` cuts that many characters out of the
-    definitions shown, in ``order`` (those not in it after), the longest first."""
+    definitions shown but ``spare``, in ``order`` (those not in it after), the longest
+    first."""
     spans = _merge(_spans(index, symbols, shape), lines)
     cuts: list[tuple[int, int]] = []
     if room < 0 and spans:
-        defined = [d for name in symbols if (d := index.find(name)) is not None]
+        defined = [d for name in symbols
+                   if (d := index.find(name)) is not None and name not in spare]
         ranges = [(d.start, d.end) for d in sorted(
             defined, key=lambda d: (order.index(d.qualname) if d.qualname in order
                                     else len(order), d.start - d.end))]
-        spans, cuts = _cut(spans, lines, room, ranges or spans, anchors)
+        spans, cuts = _cut(spans, lines, room, ranges if ranges or spare else spans, anchors,
+                           marked)
     holes = [hole for hole in _holes(index, symbols, shape)
              if any(start <= hole[0] and hole[1] <= end for start, end in spans)]
     parts: list[str] = []
@@ -457,12 +479,21 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
             parts.append(f"# --- lines {first}-{last}{said} ---")
             parts += lines[first - 1:last]
     outline: list[str] = []
+    owners: dict[Definition | None, list[tuple[int, int]]] = {}
     for a, b in cuts:
         owner = next((d for d in index.definitions if d.start <= a and b <= d.end
                       and d.kind != "class"), None)
+        owners.setdefault(owner, []).append((a, b))
+    for owner, ranges in owners.items():
         name = f"{owner.qualname} (lines {owner.start}-{owner.end})" if owner else "a definition"
         ask = f'; "need": ["{path}:{owner.qualname}"] shows it whole' if owner else ""
-        outline.append(f"{a}-{b}: part of {name}, cut for length{ask}")
+        if len(ranges) > GROUPED_CUTS:  # one line for a definition cut in many places
+            spans_cut = ", ".join(f"{a}-{b}" for a, b in ranges)
+            outline.append(f"{spans_cut}: parts of {name}, cut for length{ask}")
+            continue
+        outline += [f"{a}-{b}: part of {name}, cut for length{ask}" for a, b in ranges]
+    cut_lines = len(outline)
+    cut = tuple(owner.qualname for owner in owners if owner is not None)
     start, end = index.import_span
     if spans and not shape.header and start and not any(
             a <= start and end <= b for a, b in spans):
@@ -488,12 +519,12 @@ def _render(path: str, text: str, index: ModuleIndex, lines: Sequence[str],
         return SourceFile(path, text, f'# (nothing of this file is shown: "need": ["{path}"] '
                                       f"lists its {left} definitions)\n", (), ())
     if not shape.outline and left:
-        outline = [*outline[:len(cuts)], f"{left} definitions (\"need\": [\"{path}\"] lists "
-                                         "them)"]
+        outline = [*outline[:cut_lines], f"{left} definitions (\"need\": [\"{path}\"] lists "
+                                    "them)"]
     elif len(outline) > most:
         outline = [*outline[:most], f"... and {len(outline) - most} more"]
     view = "\n".join(parts) + "\n" if parts else "# (nothing of this file is shown in full)\n"
-    return SourceFile(path, text, view, tuple(outline), shown)
+    return SourceFile(path, text, view, tuple(outline), shown, cut)
 
 
 #: What the fix template adds around a file: the heading and fences of one shown whole
@@ -571,15 +602,17 @@ class Fitted:
 
 
 def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
-        tests: Sequence[tuple[SourceFile, SourceFile]] = (),
+        tests: Sequence[tuple[SourceFile, ...]] = (),
         anchors: Mapping[str, Sequence[int]] | None = None, *,
-        kernels_last: bool = True) -> Fitted:
+        kernels_last: bool = True, marked: Mapping[str, Sequence[int]] | None = None) -> Fitted:
     """The views of the editable files ``texts`` and of the tests (each given as its
-    preferred view and its least one: the failing tests and their helpers), within
-    ``limit`` characters; ``anchors`` are, per file, the lines a cut keeps (where the
-    error was raised, where kernels were launched). ``kernels_last``: the launched
-    kernels are the last code cut; else (the wrapper raised, or the test expected it
-    to) the first-tier functions are.
+    preferred view, its lesser one (the failing tests and their helpers) and maybe its
+    least (the failing tests alone, cut short)), within
+    ``limit`` characters; ``anchors`` are, per file, the lines a cut keeps with the lines
+    around them (where the error was raised, where kernels were launched), ``marked``
+    those it keeps as they are (:func:`~pytest_kernelfix.locate.names.name_lines`).
+    ``kernels_last``: the launched kernels are the last code cut; else (the wrapper
+    raised, or the test expected it to) the first-tier functions are.
 
     What is shown is ordered by the tiers of ``located`` (the frame that raised and the
     functions that launch the kernels, the launched kernels, their helpers, the rest),
@@ -590,12 +623,16 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
     then the constants the definitions read, are left out (the largest view first).
     Only then does code go: definitions move to the outline, the last tier first and the
     lowest scored first, never one of the first two tiers (the launching functions and
-    the launched kernels); last, the longest definitions are cut, their heads, tails and
-    anchors kept (the line that raised, the launch), the launched kernels last, each cut
-    named in its view's outline.
+    the launched kernels); last, the largest views are cut, their definitions' heads,
+    tails, anchors (the line that raised, the launch) and marked lines kept, each cut
+    named in its view's outline: every file's definitions but the kept tier (the launched
+    kernels, or the first tier when a wrapper raised) first, then the test sources to
+    their least view, then the kept tier too. What gave way comes back while the limit
+    has room for it.
     """
     anchors = anchors or {}
-    chosen = [preferred for preferred, _ in tests]
+    marked = marked or {}
+    chosen = [views_of_test[0] for views_of_test in tests]
     focus = choose_focus(located, texts, limit - sum(rendered_size(t) for t in chosen))
     shapes = {path: Shape() for path in texts}
     views = {path: render_source(path, text, focus[path]) if path in focus
@@ -642,9 +679,11 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
                        if (path, name) not in tiers or tiers[path, name].tier >= TIER_HELPER),
                       key=lambda key: (-tiers[key].tier, tiers[key].score) if key in tiers
                       else (-TIER_REST - 1, 0.0))
+    yielded: list[tuple[str, str]] = []  # to the outline before any cut
     for path, name in yielding:  # the last tier first, the lowest scored first
         if excess() > 0:
             show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
+            yielded.append((path, name))
     for path in largest(path for path in focus if not focus[path]):  # emptied by the above
         if excess() > 0 and shapes[path].outline:
             show(path, (), replace(shapes[path], outline=False))
@@ -656,22 +695,40 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
             show(path, focus[path], replace(shapes[path], outline=False))
     kept = TIER_KERNEL if kernels_last else TIER_FIRST
 
-    def cut() -> None:
-        """The longest definitions cut, their anchors kept, the ``kept`` tier last."""
+    def last_cut(path: str, name: str) -> bool:
+        return (path, name) in tiers and tiers[path, name].tier == kept
+
+    def cut(spared: bool) -> None:
+        """The largest views cut, their definitions' anchors and marked lines kept: with
+        ``spared``, every definition but the ``kept`` tier; else those too, last."""
+        done: set[str] = set()
         for _ in range(2 * len(focus)):
             over = excess()
-            if over <= 0:
+            paths = [path for path in largest(focus) if path not in done and any(
+                not (spared and last_cut(path, name)) for name in focus[path])]
+            if over <= 0 or not paths:
                 return
-            path = largest(focus)[0]
+            path = paths[0]
             order = sorted(focus[path], key=lambda name: (
-                (tiers[path, name].tier == kept, tiers[path, name].score)
-                if (path, name) in tiers else (False, 0.0)))
-            views[path] = render_source(path, texts[path], focus[path], keep=len(focus[path]),
-                                        shape=shapes[path], order=order,
-                                        anchors=anchors.get(path, ()),
-                                        limit=max(rendered_size(views[path]) - over, 1_000))
+                last_cut(path, name), tiers[path, name].score if (path, name) in tiers
+                else 0.0))
+            before = rendered_size(views[path])
+            for target in (before - over, before - over - CUT_MARGIN):
+                views[path] = render_source(
+                    path, texts[path], focus[path], keep=len(focus[path]), shape=shapes[path],
+                    order=order, anchors=anchors.get(path, ()), marked=marked.get(path, ()),
+                    spare=[name for name in focus[path] if spared and last_cut(path, name)],
+                    limit=max(target, 1_000))
+                if rendered_size(views[path]) <= target:
+                    break
+            if rendered_size(views[path]) >= before:  # cut as far as it goes
+                done.add(path)
 
-    cut()
+    cut(spared=True)
+    for position, views_of_test in enumerate(tests):  # the kept tier whole before a test
+        if excess() > 0 and len(views_of_test) > 2:
+            chosen[position] = views_of_test[2]
+    cut(spared=False)
     # cut to their heads, tails and anchors, the pinned definitions still do not fit: they
     # go to the outline one by one (each named there), the ``kept`` tier and the frame that
     # raised last, the lowest scored first
@@ -679,11 +736,38 @@ def fit(located: Sequence[Located], texts: Mapping[str, str], limit: int,
                   key=lambda key: (tiers[key].why == "raised the error" if key in tiers else 0,
                                    (tiers[key].tier == kept) if key in tiers else 0,
                                    tiers[key].score if key in tiers else 0.0))
+    removed: list[tuple[str, str]] = []  # pinned, to the outline after the cuts
     for path, name in last[:-1]:
         if excess() <= 0:
             break
         show(path, [symbol for symbol in focus[path] if symbol != name], shapes[path])
-        cut()
+        removed.append((path, name))
+        cut(spared=False)
+
+    def bring_back(path: str, name: str, *, whole: bool) -> None:
+        """``name`` shown again in the room left (cut to it unless ``whole``), when that
+        takes no line from what ``path`` shows."""
+        room = -excess()
+        symbols = [symbol for symbol in focused(path) if symbol in {*focus[path], name}]
+        before = views[path]
+        view = render_source(path, texts[path], symbols, keep=len(symbols), shape=shapes[path],
+                             order=sorted(symbols, key=lambda symbol: (
+                                 symbol != name, last_cut(path, symbol))),
+                             anchors=anchors.get(path, ()), marked=marked.get(path, ()),
+                             limit=rendered_size(before) + room)
+        shown = {line for line in before.content.splitlines() if not line.startswith("# ---")}
+        if room > 0 and rendered_size(view) <= rendered_size(before) + room and (
+                name in view.shown and not (whole and name in view.cut)
+                and shown <= set(view.content.splitlines())):
+            focus[path], views[path] = tuple(symbols), view
+
+    # what gave way comes back while room is left (one removal or cut can free more than
+    # was needed), the most firmly shown first: what went after the cuts cut to the room,
+    # what went before any cut whole and only while nothing is cut
+    uncut = not any(view.cut for view in views.values())
+    for path, name in sorted([*removed, *(yielded if uncut else ())], key=lambda key: (
+            tiers[key].order if key in tiers else (TIER_REST + 1, 0.0, *key))):
+        bring_back(path, name, whole=(path, name) not in removed)
     return Fitted(dict(focus), views, tuple(chosen))
 
 
@@ -696,9 +780,9 @@ def fit_views(
 
 
 def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int, *,
-               whole: bool = True) -> SourceFile:
-    """A test module: whole when short (and ``whole``), else the failing tests and the
-    module-level functions and classes they use, cut to ``limit``."""
+               whole: bool = True, helpers: bool = True) -> SourceFile:
+    """A test module: whole when short (and ``whole``), else the failing tests and (with
+    ``helpers``) the module-level functions and classes they use, cut to ``limit``."""
     if whole and len(text) <= limit:
         return SourceFile(path, text)
     index = parse_module(text)
@@ -709,8 +793,8 @@ def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int, *,
         name = nodeid_qualname(nodeid)
         if index.find(name) is not None and name not in wanted:
             wanted.append(name)
-    helpers: list[str] = []
-    frontier = list(wanted)
+    callees: list[str] = []
+    frontier = list(wanted) if helpers else []
     for _ in range(2):  # what the tests use, and what that uses
         found = []
         for name in frontier:
@@ -718,12 +802,12 @@ def _test_view(path: str, text: str, nodeids: Sequence[str], limit: int, *,
             for used in () if definition is None else definition.names:
                 helper = index.find(used.split(".")[0])
                 if helper is not None and helper.kind in ("function", "class") and (
-                        helper.qualname not in wanted + helpers):
-                    helpers.append(helper.qualname)
+                        helper.qualname not in wanted + callees):
+                    callees.append(helper.qualname)
                     found.append(helper.qualname)
         frontier = found
-    view = render_source(path, text, wanted + helpers, limit=limit, keep=len(wanted))
-    return SourceFile(path, text, view.view, view.outline[:10], view.shown)
+    view = render_source(path, text, wanted + callees, limit=limit, keep=len(wanted))
+    return SourceFile(path, text, view.view, view.outline[:10], view.shown, view.cut)
 
 
 def anchors_of(group: BugGroup, project: Project) -> dict[str, list[int]]:
@@ -736,6 +820,20 @@ def anchors_of(group: BugGroup, project: Project) -> dict[str, list[int]]:
         if project.contains(path) and (rel := project.relative(path)) in group.editable:
             anchors.setdefault(rel, []).append(line)
     return anchors
+
+
+def marked_lines(group: BugGroup, project: Project, texts: Mapping[str, str]) -> (
+    dict[str, tuple[int, ...]]
+):
+    """For an error about a name, the lines a cut of the function that raised keeps: each
+    that binds or uses the name, and the branch headers around them (empty otherwise)."""
+    names = error_names(group.first.error)
+    frames = project_frames(group.first.error, project, group.editable) if names else ()
+    if not frames or frames[-1].path not in texts:
+        return {}
+    raised = frames[-1]
+    lines = name_lines(texts[raised.path], raised.lineno, names)
+    return {raised.path: lines} if lines else {}
 
 
 def build_context(
@@ -763,7 +861,9 @@ def build_context(
         shown, text = project.display(path), redact(read_source(Path(path)), environ)
         tests.append((_test_view(shown, text, group.nodeids, TESTS_WHOLE // share),
                       _test_view(shown, text, group.nodeids, TESTS_BUDGET // share,
-                                 whole=False)))
+                                 whole=False),
+                      _test_view(shown, text, group.nodeids, TESTS_LEAST // share,
+                                 whole=False, helpers=False)))
     texts = {rel: redact(read_source(project.root / rel), environ) for rel in group.editable}
     nodeid_chars = sum(len(nodeid) + 3 for nodeid in group.nodeids[:10])
     located_lines = kernel_lines(group.first.error, project, group.editable)
@@ -772,7 +872,8 @@ def build_context(
         change.size if change is not None else 0)
     python_raised = any(item.why == "raised the error" and not item.jit for item in group.located)
     fitted = fit(group.located, texts, max(limit, 2_000), tests, anchors_of(group, project),
-                 kernels_last=not (python_raised or expects_raise(group.first)))
+                 kernels_last=not (python_raised or expects_raise(group.first)),
+                 marked=marked_lines(group, project, texts))
     focus, views = fitted.focus, fitted.views
     editable = list(views.values())
     roots = project.roots

@@ -68,7 +68,9 @@ class Definition:
 
 @dataclass(frozen=True)
 class ModuleIndex:
-    """The definitions and imports of one module's text (``error`` when it does not parse)."""
+    """The definitions and imports of one module's text (``error`` when it does not parse);
+    ``import_span`` is its import header: the lines from the first import to the last one
+    before the first function or class (an import further down is not part of it)."""
 
     definitions: tuple[Definition, ...] = ()
     imports: tuple[tuple[str, Import], ...] = ()
@@ -391,6 +393,8 @@ def parse_module(text: str) -> ModuleIndex:
     definitions: list[Definition] = []
     imports: list[tuple[str, Import]] = []
     import_lines: list[int] = []
+    first_definition = min((node.lineno for node in tree.body if isinstance(
+        node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))), default=len(lines) + 1)
     for node in _containers(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             definitions.append(_function(node, node.name, "function", _start(node), lines,
@@ -421,7 +425,8 @@ def parse_module(text: str) -> ModuleIndex:
                     )),
                 ))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            import_lines += [node.lineno, node.end_lineno or node.lineno]
+            if node.lineno < first_definition:  # the header, not an import between tests
+                import_lines += [node.lineno, node.end_lineno or node.lineno]
             imports += bindings(node)
     span = (min(import_lines), max(import_lines)) if import_lines else (0, 0)
     return ModuleIndex(tuple(definitions), tuple(imports), span)

@@ -3,9 +3,10 @@
 :class:`Shown` builds the bug's context once for each set of failing tests the bug is
 known by (those of a bug healed while the tests run grow), with the notes its heal adds
 (:func:`test_own_failure`: a check that compares no tensor value), and the checks every
-candidate goes through in words (:func:`checks_for`). :class:`AnnouncedFixer` says each
-question and answer, with a line while a model thinks; :func:`answer_first` asks a fixer
-that costs nothing before any rerun.
+candidate goes through in words (:func:`checks_for`); :func:`fill_budget` sizes it by the
+prompt it really renders to. :class:`AnnouncedFixer` says each question and answer, with
+a line while a model thinks; :func:`answer_first` asks a fixer that costs nothing before
+any rerun.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest, is_free
-from pytest_kernelfix.locate.context import BugContext
+from pytest_kernelfix.fixers.prompting import prompt_chars
+from pytest_kernelfix.locate.context import PROMPT_BUDGET, BugContext
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun.plan import DevicePlan
@@ -67,6 +70,48 @@ class Shown:
             self._built = (group.nodeids, replace(context, notes=(*context.notes,
                                                                   *self.notes)))
         return self._built[1]
+
+
+#: Characters of the first prompt left for the notes a heal adds to a context once built
+#: (what the baseline measured, the change since a base).
+NOTE_ROOM = 600
+#: A context is built again for the budget a prompt left unused only when at least this
+#: much was left.
+REFILL_AT = 200
+
+
+def fill_budget(build: Callable[[int], BugContext], measure: Callable[[BugContext], int],
+                budget: int = PROMPT_BUDGET) -> BugContext:
+    """The context whose first prompt comes closest to ``budget`` without going over.
+
+    :func:`~pytest_kernelfix.locate.context.build_context` reserves an estimate for the
+    templates' own text (the rules, the headings, how a fix is verified), which the
+    packaged templates take some 2,000 characters less of: what it leaves unused is given
+    to the code (a helper that sizes the launch, a kernel cut for length), measured on the
+    prompt ``measure`` renders, and never past ``budget`` less :data:`NOTE_ROOM`.
+    """
+    context = build(budget)
+    size = last = measure(context)
+    target, given = budget - NOTE_ROOM, budget
+    if target - size < REFILL_AT:
+        return context
+    for _ in range(3):  # a step of the budget is not quite a step of the prompt: corrected
+        given += target - last - (REFILL_AT if last > target else 0)
+        attempt = build(given)
+        last = measure(attempt)
+        if size < last <= target:
+            context, size = attempt, last
+        if 0 <= target - last < REFILL_AT:
+            break
+    return context
+
+
+def prompt_size(prompts_dir: Path | None) -> Callable[[BugContext], int]:
+    """The size of a context's first prompt, rendered from the session's templates."""
+    def measure(context: BugContext) -> int:
+        return prompt_chars(ProposalRequest(context, 1, context.editable),
+                            prompts_dir=prompts_dir)
+    return measure
 
 
 #: What every candidate that passes its rerun goes through, whatever the device.

@@ -55,6 +55,8 @@ from pytest_kernelfix.session.asking import (
     Shown,
     answer_first,
     checks_for,
+    fill_budget,
+    prompt_size,
     test_own_failure,
 )
 from pytest_kernelfix.session.inputs import SessionInputs, Stages
@@ -105,14 +107,16 @@ class _BugHeal:
         self.started = time.monotonic()
         self.widened = with_change(group, change, self.project) if change is not None else group
         self.checks = checks_for(inputs.setup.device)
+        self.measure = prompt_size(inputs.settings.prompts_dir)
         self.shown = Shown(group, self.plain, tests.latest if tests is not None else None)
         self.verifier: Verifier | None = None
         self.files: dict[str, str] = {}  # the text the rounds start from
 
     def plain(self, group: BugGroup) -> BugContext:
         """The context without a change since a base (or before the experiment)."""
-        return build_context(group, self.project, device=self.inputs.device,
-                             checks=self.checks)
+        return fill_budget(lambda budget: build_context(
+            group, self.project, device=self.inputs.device, checks=self.checks,
+            budget=budget), self.measure)
 
     def done(self, result: HealResult) -> HealResult:
         """The bug's whole time: its triage and every rerun included; a healed bug, the
@@ -207,9 +211,9 @@ class _BugHeal:
             regression.verdict == REGRESSION) else ()
         used = with_change(self.group, change, project, culprits)
         view = change_view(change, regression, used.editable)
-        self.shown.rebuild(lambda group: build_context(
+        self.shown.rebuild(lambda group: fill_budget(lambda budget: build_context(
             with_change(group, change, project, culprits), project, device=self.inputs.device,
-            checks=self.checks, change=view))
+            checks=self.checks, change=view, budget=budget), self.measure))
         return used
 
     def reverts(self, result: HealResult) -> bool:
