@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ from pytest_kernelfix.heal.outcomes import (
     Verdict,
     VerdictKind,
 )
-from pytest_kernelfix.locate.context import BugContext, SourceFile
+from pytest_kernelfix.locate.context import BugContext, SourceFile, render_source
 
 BUGGY = '''def scale(values, factor):
     out = []
@@ -460,3 +461,49 @@ def test_an_answer_nested_too_deep_is_fed_back_as_unreadable() -> None:
     assert result.status == HEALED and result.usage.calls == 2  # both answers were paid for
     assert result.rounds[0].outcome.startswith("answer could not be read")
     assert "could not be read" in fixer.requests[1].feedback
+
+
+#: A module whose ``scale`` is long enough to be cut for length in a focused view.
+LONG = BUGGY.replace("    out = []\n", "    out = []\n" + "".join(
+    f"    note_{i} = {i}  # a line that only makes the function long\n" for i in range(60))
+).replace("    return out\n", "".join(
+    f"    more_{i} = {i}  # a line that only makes the function long\n" for i in range(60))
+    + "    return out\n")
+
+
+def _cut_context() -> BugContext:
+    view = render_source("ops/scale.py", LONG, ["scale"], limit=1_500, keep=1)
+    assert view.cut == ("scale",) and "out.append(v + factor)" not in view.content
+    return replace(context("ops/scale.py"), editable=(view,), focus={"ops/scale.py": ("scale",)})
+
+
+def test_after_an_answer_with_no_edit_what_was_cut_is_shown_whole() -> None:
+    """The model says the fault is not in what it was shown: the next round shows the
+    definitions the prompt had cut for length, whole, and says so."""
+    declined = Proposal((), raw='{"modifications": []}', analysis="The fault is not shown.")
+    fixer = Scripted(declined, edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, _ = running(multiplies)
+    result = heal(_cut_context(), {"ops/scale.py": LONG}, fixer=fixer, verify=verify, rounds=2)
+    assert result.status == HEALED
+    first, second = (request.files[0] for request in fixer.requests)
+    assert "out.append(v + factor)" not in first.content
+    assert "out.append(v + factor)" in second.content and second.cut == ()
+    assert "in full where the last prompt had cut them for length: ops/scale.py:scale" in (
+        fixer.requests[1].feedback)
+
+
+def test_a_request_for_a_definition_cut_for_length_shows_it_whole(tmp_path: Path) -> None:
+    from pytest_kernelfix.locate.need import NeedResolver
+    from pytest_kernelfix.project import Project
+
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "scale.py").write_text(LONG)
+    ask = Proposal((), raw='{"need": ["ops/scale.py:scale"]}', analysis="show me all of it",
+                   need=("ops/scale.py:scale",))
+    fixer = Scripted(ask, edits(("out.append(v + factor)", "out.append(v * factor)")))
+    verify, _ = running(multiplies)
+    result = heal(_cut_context(), {"ops/scale.py": LONG}, fixer=fixer, verify=verify, rounds=2,
+                  resolve_need=NeedResolver(Project(tmp_path)))
+    assert result.status == HEALED
+    shown = fixer.requests[1].files[0]
+    assert "out.append(v + factor)" in shown.content and shown.cut == ()

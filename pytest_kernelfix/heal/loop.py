@@ -8,8 +8,9 @@ Four answers are not edits to verify. An answer that asks for code (``need``) ge
 next round, within a budget, through ``resolve_need``. An answer that says the failure
 is not a kernel bug (``not_a_kernel_bug``) ends the bug at once as declined, with its
 reason. An answer with neither edits nor a request is the model seeing no fix, reported
-with its analysis. Two identical answers in a row end the bug before its last round: a
-third would be the same again.
+with its analysis; the fault may be in what the prompt cut for length, so the next round
+shows those definitions whole. Two identical answers in a row end the bug before its
+last round: a third would be the same again.
 
 A candidate that only masks the kernel's unchanged output is not a heal: it is fed back
 and the rounds go on; when nothing better comes, the bug ends as masked, the candidate
@@ -58,12 +59,16 @@ from pytest_kernelfix.heal.outcomes import (
     Verdict,
     VerdictKind,
 )
-from pytest_kernelfix.locate.context import BugContext
+from pytest_kernelfix.locate.context import BugContext, SourceFile, render_source
 from pytest_kernelfix.locate.need import NeedAnswer
+from pytest_kernelfix.locate.outline import parse_module
 from pytest_kernelfix.redact import redact
 
 _RAW_KEEP = 4000
 _ANALYSIS_KEEP = 300
+#: Characters the definitions a prompt cut for length may add when an answer with no
+#: edit has them shown whole.
+REVEAL_BUDGET = 16_000
 
 #: Resolves an answer's ``need``: (items, current files, focus per file) -> what to add.
 NeedResolver = Callable[[Sequence[str], Mapping[str, str], Mapping[str, tuple[str, ...]]],
@@ -308,6 +313,8 @@ class RoundLoop:
         except KeyboardInterrupt as stop:
             raise self.interrupted(stop, number, proposal) from None
         self.serve_need(proposal)
+        if not (proposal.modifications or proposal.need or proposal.parse_error):
+            self.reveal()
         self.record(number, outcome.summary, proposal=proposal, edits=outcome.edits,
                     notes=outcome.notes, phases=outcome.phases, shown=shown)
         self.history.append(Attempt(number, redact(outcome.summary), redact(outcome.diff)))
@@ -320,6 +327,20 @@ class RoundLoop:
         if outcome.kind == VerdictKind.MASKED and outcome.candidate is not None:
             self.masked = (outcome.candidate, f"round {number}: {outcome.summary}")
         return None
+
+    def reveal(self) -> None:
+        """After an answer that proposed no edit (the fault may be in what the prompt cut
+        for length), the definitions cut are shown whole from the next round."""
+        views = [self.context.view(path, redact(text)) for path, text in self.current.items()]
+        whole = _cut_definitions(views, REVEAL_BUDGET)
+        if not whole:
+            return
+        answer = NeedAnswer(whole=whole, found=tuple(
+            f"{path}:{name} (editable)" for path, names in whole.items() for name in names))
+        self.context = _with_need(self.context, answer)
+        self.needed.append(answer)
+        self.feedback = _join(self.feedback, answer.describe(
+            "in full where the last prompt had cut them for length"))
 
     def serve_need(self, proposal: Proposal) -> None:
         """An answer's request for more code: shown from the next round on."""
@@ -360,14 +381,34 @@ def shown_definitions(context: BugContext) -> tuple[str, ...]:
     return tuple(shown)
 
 
+def _cut_definitions(views: Sequence[SourceFile], budget: int) -> dict[str, tuple[str, ...]]:
+    """Per file, the definitions ``views`` cut for length that fit ``budget`` characters
+    whole, the first views' first."""
+    chosen: dict[str, list[str]] = {}
+    spent = 0
+    for view in views:
+        lines = view.text.splitlines()
+        for name in view.cut:
+            definition = parse_module(view.text).find(name)
+            size = 0 if definition is None else sum(
+                len(line) + 1 for line in lines[definition.start - 1:definition.end])
+            if size and spent + size <= budget:
+                spent += size
+                chosen.setdefault(view.path, []).append(name)
+    return {path: tuple(names) for path, names in chosen.items()}
+
+
 def _with_need(context: BugContext, answer: NeedAnswer) -> BugContext:
     """``context`` with what a request added: new editable files, more definitions shown
-    in files already editable, read-only views."""
+    in files already editable (whole, where a view had cut one asked for by name),
+    read-only views."""
     focus = {**context.focus, **answer.focus}
     updated = replace(context, focus=focus)
     editable = [
-        updated.view(source.path, source.text) if source.focused
-        and focus.get(source.path) != source.shown else source
+        render_source(source.path, source.text, focus.get(source.path, source.shown))
+        if source.focused and (focus.get(source.path, source.shown) != source.shown
+                               or set(answer.whole.get(source.path, ())) & set(source.cut))
+        else source
         for source in context.editable
     ]
     known = {source.path for source in editable}

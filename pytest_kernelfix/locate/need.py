@@ -36,19 +36,21 @@ MAX_HITS = 4
 @dataclass(frozen=True)
 class NeedAnswer:
     """What a request added: ``files`` are new editable files (their original text),
-    ``focus`` the definitions to show per editable file, ``context`` read-only views;
-    ``found`` and ``missing`` say so in words for the next prompt."""
+    ``focus`` the definitions to show per editable file, ``whole`` those of them asked
+    for by name (shown whole, where the view had cut them for length), ``context``
+    read-only views; ``found`` and ``missing`` say so in words for the next prompt."""
 
     files: Mapping[str, str] = field(default_factory=dict)
     focus: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     context: tuple[SourceFile, ...] = ()
     found: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    whole: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def describe(self) -> str:
+    def describe(self, why: str = "as you asked") -> str:
         lines = []
         if self.found:
-            lines.append("Added to the files shown above, as you asked: "
+            lines.append(f"Added to the files shown above, {why}: "
                          + "; ".join(self.found) + ".")
         if self.missing:
             lines.append("Not added: " + "; ".join(self.missing) + ".")
@@ -113,6 +115,7 @@ class NeedResolver:
         context: list[SourceFile] = []
         found: list[str] = []
         missing: list[str] = []
+        whole: dict[str, list[str]] = {}
         spent = 0
         for item in list(items)[:MAX_ITEMS]:
             hits, why = self._hits(item)
@@ -127,17 +130,19 @@ class NeedResolver:
                     missing.append(f"{label}: cannot be read")
                     continue
                 symbols = [qualname] if qualname else []
-                whole = bool(editable) and rel not in current and (
+                new_file = bool(editable) and rel not in current and (
                     text.count("\n") <= VIEW_LINES)
-                view = SourceFile(rel, redact(text)) if whole else render_source(
+                view = SourceFile(rel, redact(text)) if new_file else render_source(
                     rel, redact(text), symbols)
-                cost = rendered_size(view)
+                # a definition of a file already shown costs its own lines only
+                cost = (_definition_size(text, qualname) if rel in current and qualname
+                        else rendered_size(view))
                 if spent + cost > self.budget:
                     missing.append(f"{label}: over the budget of {self.budget} characters "
                                    "(ask for fewer or smaller definitions)")
                     continue
                 spent += cost
-                if editable and whole:
+                if editable and new_file:
                     files[rel] = text
                     found.append(f"{rel} (editable, shown whole)")
                 elif editable:
@@ -151,9 +156,20 @@ class NeedResolver:
                     if qualname and qualname not in merged:
                         merged.append(qualname)
                     new_focus[rel] = merged
+                    if qualname:
+                        whole.setdefault(rel, []).append(qualname)
                     found.append(f"{label} (editable)")
                 else:  # every path asked for resolves inside the project
                     context.append(view)
                     found.append(f"{label} (read-only)")
         return NeedAnswer(files, {path: tuple(symbols) for path, symbols in new_focus.items()},
-                          tuple(context), tuple(found), tuple(missing))
+                          tuple(context), tuple(found), tuple(missing),
+                          {path: tuple(names) for path, names in whole.items()})
+
+
+def _definition_size(text: str, qualname: str) -> int:
+    """Characters of one definition's lines in ``text`` (0 when it is not there)."""
+    definition = parse_module(text).find(qualname)
+    if definition is None:
+        return 0
+    return sum(len(line) + 1 for line in text.splitlines()[definition.start - 1:definition.end])
