@@ -74,7 +74,7 @@ class Shown:
 
 #: Characters of the first prompt left for the notes a heal adds to a context once built
 #: (what the baseline measured, the change since a base).
-NOTE_ROOM = 600
+NOTE_ROOM = 1_000
 #: A context is built again for the budget a prompt left unused only when at least this
 #: much was left.
 REFILL_AT = 200
