@@ -28,10 +28,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pytest_kernelfix.fanout import fan_out
 from pytest_kernelfix.locate.change import (
     NOT_REGRESSION,
     REGRESSION,
@@ -172,11 +172,10 @@ class Experiment:
                                                                 self.total)
                 continue
             slots = [self._slot(i) for i in range(len(batch))]
-            with ThreadPoolExecutor(len(batch), "kernelfix-culprit") as pool:
-                results = list(pool.map(self._passes, slots, batch,
-                                        [self.total] * len(batch)))
-            self.cache.update(((self.test, hunks), ok)
-                              for hunks, ok in zip(batch, results, strict=True))
+            results = fan_out(lambda trial: self._passes(*trial, self.total),
+                              list(zip(slots, batch, strict=True)), name="kernelfix-culprit")
+            self.cache.update(((self.test, hunks), ok) for hunks, ok
+                              in zip(batch, results, strict=True) if ok is not None)
         missing = [s for s in sets if (self.test, s) not in self.cache]
         if missing:
             raise CapReached

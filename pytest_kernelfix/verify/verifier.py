@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
+from pytest_kernelfix.fanout import fan_out
 from pytest_kernelfix.heal.guards import masking
 from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
@@ -345,31 +346,16 @@ class Verifier:
                 yield self._run(name, nodeids, probe=probe, candidate=candidate)
             return
         specs = [self._spec(name, nodeids, probe) for name, nodeids, probe in runs]
-        results: list[RerunResult | None] = [None] * len(specs)
-        errors: list[BaseException] = []
-        seconds = [0.0] * len(specs)
-        slots = threading.Semaphore(max(1, self.setup.jobs))  # the cores reruns may use
 
-        def run(index: int) -> None:
-            with slots:
-                started = time.monotonic()
-                try:
-                    results[index] = self.runner(specs[index])
-                except BaseException as error:  # re-raised in the caller's thread
-                    errors.append(error)
-                seconds[index] = time.monotonic() - started
+        def timed(spec: RerunSpec) -> tuple[RerunResult, float]:
+            started = time.monotonic()
+            return self.runner(spec), time.monotonic() - started
 
-        threads = [threading.Thread(target=run, args=(i,), name=f"kernelfix-probe-{i}",
-                                    daemon=True) for i in range(len(specs))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-        yield from [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
-                                 candidate) for i, ((name, _, _), spec) in enumerate(
-                        zip(runs, specs, strict=True))]
+        done = fan_out(timed, specs, workers=max(1, self.setup.jobs),  # the cores reruns may use
+                       name="kernelfix-probe")
+        yield from [self._settle(name, spec.nodeids, ran[1], ran[0], candidate)
+                    for (name, _, _), spec, ran in zip(runs, specs, done, strict=True)
+                    if ran is not None]  # each ran: only an error stops this fan-out
 
     def _settle(self, name: str, nodeids: tuple[str, ...], seconds: float,
                 result: RerunResult, candidate: bool = True) -> RerunResult:
