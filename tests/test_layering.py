@@ -110,3 +110,58 @@ def test_every_stage_has_rules() -> None:
     stages = {path.name for path in PACKAGE.iterdir()
               if path.is_dir() and (path / "__init__.py").exists()}
     assert stages - {"session"} <= set(ALLOWED) | {"prompts"}
+
+
+# -- circles -------------------------------------------------------------------------------
+
+#: Where no module may take part in an import circle (imports inside functions and under
+#: TYPE_CHECKING included): the rerun side and verification.
+WITHOUT_CIRCLES = ("pytest_kernelfix.rerun", "pytest_kernelfix.verify", "pytest_kernelfix.fanout")
+
+
+def circles(modules: Mapping[str, str]) -> list[list[str]]:
+    """The import circles among ``modules``: each a list of modules that import each
+    other, directly or through the others (the strongly connected components)."""
+    edges = {name: sorted({target for target in imported(source) if target in modules
+                           and target != name}) for name, source in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(name: str) -> None:  # Tarjan's algorithm
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in edges[name]:
+            if target not in index:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == name:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(modules):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_the_rerun_side_and_verification_import_no_circle() -> None:
+    assert [circle for circle in circles(package_sources())
+            if any(name.startswith(WITHOUT_CIRCLES) for name in circle)] == []
+
+
+def test_a_circle_is_found() -> None:
+    sources = package_sources()
+    sources["pytest_kernelfix.rerun.launcher"] += (
+        "\ndef f():\n    from pytest_kernelfix.rerun.runner import Reruns\n")
+    assert ["pytest_kernelfix.rerun.launcher", "pytest_kernelfix.rerun.phased",
+            "pytest_kernelfix.rerun.runner"] in circles(sources)

@@ -6,8 +6,8 @@ read it through these classes only, so a renamed field or a changed default cann
 silently turn off the interpreter, the CPU shim or the compile gate in the child: a plan
 of another version, or with a missing field, is refused with a :class:`PlanError`.
 
-A plan with a ``control`` file makes a *phased* child: it collects its nodeids once and
-then runs what each :class:`PhaseCommand` appended to that file asks, one phase after
+Every child is *phased*: it collects its nodeids once and then runs what each
+:class:`PhaseCommand` appended to the plan's ``control`` file asks, one phase after
 another (:mod:`pytest_kernelfix.rerun.child.phases`).
 
 Import-light (standard library only): the child reads it before anything else.
@@ -25,7 +25,7 @@ from typing import Any
 from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enabled
 
 #: Bumped whenever a field changes meaning; a child refuses any other version.
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 #: How a sensitivity rerun replaces what each project kernel wrote, right after each
 #: launch: NaN (floats) or a sentinel (integers; booleans are flipped), or the written
 #: values scrambled into other finite values. "" runs the tests as they are.
@@ -112,9 +112,9 @@ class RerunPlan:
     """Everything the child's agent needs: roots to map imports between, where to write
     outcomes, which tests, the device, and what to probe (:class:`ProbePlan`).
 
-    ``control`` ("" for a one-shot rerun) is the commands file of a phased child: the
-    child collects ``nodeids`` (with every check guarded, switched on per phase), then
-    runs the phases appended there (:class:`PhaseCommand`); ``probe`` is then unused.
+    ``control`` is the commands file: the child collects ``nodeids`` with what ``probe``
+    installs (reach mode guards every check, switched on per phase), then runs the phases
+    appended there (:class:`PhaseCommand`), each probed as it says.
     """
 
     original_root: str
@@ -180,14 +180,14 @@ def probe_from_json(data: Mapping[str, Any]) -> ProbePlan:
 
 @dataclass(frozen=True)
 class PhaseCommand:
-    """One phase of a phased child: run these tests, probed so, and say how it ended.
+    """One phase of a rerun child: run these tests, probed so, and say how it ended.
 
     ``slices`` are consecutive runs of the phase's tests, each run by its own process
     forked from the child (at the same time); ``stop_early`` ends a slice at its first
     failing test and, once one has, the other slices; ``timeout`` bounds the whole phase.
     Each slice writes its events to its own results file (:func:`phase_results`); the
-    output of every slice goes to the child's log. ``end`` (no tests) asks the child to
-    finish.
+    output of every slice goes to the child's log. ``end`` makes it the child's last
+    phase: it runs in the child itself, which then ends (with no tests, it only ends).
     """
 
     index: int

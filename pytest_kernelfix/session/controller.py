@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
     from pytest_kernelfix.report.artifacts import SessionReport
     from pytest_kernelfix.report.publish import Sink
-    from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
+    from pytest_kernelfix.rerun.launcher import RerunSetup
+    from pytest_kernelfix.rerun.runner import Reruns
     from pytest_kernelfix.session.helper import Helper
     from pytest_kernelfix.session.pipeline import SessionInputs
 
@@ -281,7 +282,7 @@ class HealingController:
     def reruns(self) -> Reruns:
         """The session's runner, made on first use; it owns the warm servers."""
         if self._reruns is None:
-            from pytest_kernelfix.rerun.launcher import Reruns
+            from pytest_kernelfix.rerun.runner import Reruns
 
             self._reruns = Reruns()
         return self._reruns

@@ -306,7 +306,7 @@ class Healer:
         return reply[1]
 
     def serve(self) -> None:
-        from pytest_kernelfix.rerun.launcher import Reruns
+        from pytest_kernelfix.rerun.runner import Reruns
 
         start: Start = self.inbox.recv()[1]
         from pytest_kernelfix import redact

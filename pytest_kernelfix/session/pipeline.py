@@ -61,9 +61,10 @@ from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
 from pytest_kernelfix.report.folder import make_report_dir
 from pytest_kernelfix.report.writeback import StaleFileError, write_back
-from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats, run_tests
+from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult
+from pytest_kernelfix.rerun.runner import run_tests
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.session.crashes import reproduce_crashes
 from pytest_kernelfix.session.interrupt import Cancel, interrupt_name, shielded

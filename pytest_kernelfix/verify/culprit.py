@@ -3,7 +3,7 @@
 The representative failing test fails on the current code (the baseline said so). Each
 *trial* reverts some hunks of the change (:mod:`pytest_kernelfix.locate.change`) in a
 sandbox copy and reruns that test alone, through the session's runner
-(:func:`~pytest_kernelfix.rerun.launcher.run_tests`), like every other rerun:
+(:func:`~pytest_kernelfix.rerun.runner.run_tests`), like every other rerun:
 
 1. every hunk of the project's non-test files reverted. The test still fails: the failure
    is not a regression of this change. When the change also edited test files, one more

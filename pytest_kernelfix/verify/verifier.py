@@ -18,7 +18,7 @@ before it passed, and the first that rejects the candidate ends its verification
    only the kernel its failure was attributed to poisoned.
 
 The phases of one candidate run in one rerun child where the runner can open one
-(:meth:`~pytest_kernelfix.rerun.launcher.Reruns.open`): it collects, runs the conftest
+(:meth:`~pytest_kernelfix.rerun.runner.Reruns.open`): it collects, runs the conftest
 files and imports the sandbox once, and each phase runs in a process forked from it
 right after collection, so nothing one phase leaves behind reaches the next
 (:mod:`pytest_kernelfix.rerun.phased`). The runs on the original code share a child of
