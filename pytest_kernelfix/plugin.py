@@ -145,7 +145,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         from pytest_kernelfix.session.controller import HealingController
 
-        controller = HealingController(config, settings, device, notes)
+        controller = HealingController(config, settings, device, notes,
+                                       early=config.stash.get(helper_key, None))
         config.stash[controller_key] = controller
         config.pluginmanager.register(controller, "kernelfix-controller")
         xmlpath = getattr(config.option, "xmlpath", None)

@@ -115,53 +115,55 @@ def test_every_stage_has_rules() -> None:
 # -- circles -------------------------------------------------------------------------------
 
 #: Where no module may take part in an import circle (imports inside functions and under
-#: TYPE_CHECKING included): the rerun side and verification.
-WITHOUT_CIRCLES = ("pytest_kernelfix.rerun", "pytest_kernelfix.verify", "pytest_kernelfix.fanout")
+#: TYPE_CHECKING included): the entry point and the session, the rerun side, verification
+#: and the fan-out.
+WITHOUT_CIRCLES = ("pytest_kernelfix.plugin", "pytest_kernelfix.session",
+                   "pytest_kernelfix.rerun", "pytest_kernelfix.verify", "pytest_kernelfix.fanout")
 
 
 def circles(modules: Mapping[str, str]) -> list[list[str]]:
-    """The import circles among ``modules``: each a list of modules that import each
-    other, directly or through the others (the strongly connected components)."""
-    edges = {name: sorted({target for target in imported(source) if target in modules
-                           and target != name}) for name, source in modules.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(name: str) -> None:  # Tarjan's algorithm
-        index[name] = low[name] = len(index)
-        stack.append(name)
-        for target in edges[name]:
-            if target not in index:
-                visit(target)
-                low[name] = min(low[name], low[target])
-            elif target in stack:
-                low[name] = min(low[name], index[target])
-        if low[name] == index[name]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == name:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for name in sorted(modules):
-        if name not in index:
-            visit(name)
-    return found
+    """The package's import circles (imports inside functions included): each the sorted
+    modules that import one another, directly or through others."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, source in modules.items():
+        for target in imported(source):
+            while target and target not in modules:  # a name imported from a module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    reach = {name: reached(graph, name) for name in graph}
+    found = {tuple(sorted(other for other in reach[name] if name in reach[other]))
+             for name in graph}
+    return sorted(list(circle) for circle in found if len(circle) > 1)
 
 
-def test_the_rerun_side_and_verification_import_no_circle() -> None:
+def reached(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others, and itself."""
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        for target in graph[frontier.pop()] - seen:
+            seen.add(target)
+            frontier.append(target)
+    return seen
+
+
+def test_no_circle_goes_through_the_session_the_reruns_or_verification() -> None:
+    """The helper the plugin starts early and the controller share what both build
+    (``session/start.py``) instead of importing each other; the runner, the phased child
+    and the launcher import in one direction, as the child agent and its phases do."""
     assert [circle for circle in circles(package_sources())
             if any(name.startswith(WITHOUT_CIRCLES) for name in circle)] == []
 
 
 def test_a_circle_is_found() -> None:
     sources = package_sources()
+    sources["pytest_kernelfix.session.start"] += (
+        "\ndef f():\n    from pytest_kernelfix.session import controller\n")
     sources["pytest_kernelfix.rerun.launcher"] += (
         "\ndef f():\n    from pytest_kernelfix.rerun.runner import Reruns\n")
+    found = circles(sources)
+    assert any({"pytest_kernelfix.session.controller", "pytest_kernelfix.session.start"}
+               <= set(circle) for circle in found)
     assert ["pytest_kernelfix.rerun.launcher", "pytest_kernelfix.rerun.phased",
-            "pytest_kernelfix.rerun.runner"] in circles(sources)
+            "pytest_kernelfix.rerun.runner"] in found

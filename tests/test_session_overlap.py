@@ -29,8 +29,9 @@ from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import Probe, RerunResult, TestOutcome
+from pytest_kernelfix.session.inputs import SessionInputs, Stages
 from pytest_kernelfix.session.overlap import Overlap, spare_cores
-from pytest_kernelfix.session.pipeline import SessionInputs, Stages, run_healing
+from pytest_kernelfix.session.pipeline import run_healing
 
 KERNEL = "def scale(x):\n    y = x + 1\n    return y[:n // BLOCK]\n"
 PARTIAL = ("    y = x + 1\n", "    y = x * 2\n")  # fixes the value, not the length

@@ -33,8 +33,9 @@ from pytest_kernelfix.report.publish import ReportFiles, publish
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
+from pytest_kernelfix.session.inputs import SessionInputs, Stages
 from pytest_kernelfix.session.interrupt import Cancel
-from pytest_kernelfix.session.pipeline import SessionInputs, Stages, run_healing
+from pytest_kernelfix.session.pipeline import run_healing
 
 BUG, FIX = "    y = x + factor\n", "    y = x * factor\n"
 KERNEL = f"def scale_kernel(x, factor):\n{BUG}    return y\n"
@@ -561,9 +562,9 @@ def test_the_token_cap_stops_the_session_between_rounds(root: Path) -> None:
 def test_a_slow_fixer_is_announced_with_lines_while_it_is_awaited(
     root: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pytest_kernelfix.session import pipeline
+    from pytest_kernelfix.session import asking
 
-    monkeypatch.setattr(pipeline, "HEARTBEAT", 0.05)
+    monkeypatch.setattr(asking, "HEARTBEAT", 0.05)
 
     class Slow(Answers):
         def propose(self, request: ProposalRequest) -> Proposal:

@@ -51,79 +51,19 @@ from pytest_kernelfix.capture.records import (
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.device import is_xdist_controller
 from pytest_kernelfix.locate.base import Changes, resolve_changes
-from pytest_kernelfix.project import Project
+from pytest_kernelfix.locate.green import GreenStore
+from pytest_kernelfix.redact import redact
+from pytest_kernelfix.rerun.launcher import RerunSetup
+from pytest_kernelfix.rerun.runner import Reruns
+from pytest_kernelfix.session.helper import Helper, Session, Start
+from pytest_kernelfix.session.inputs import SessionInputs, Stages
 from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, install_sigterm, shielded
+from pytest_kernelfix.session.start import configured_fixer, rerun_setup, session_project
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
     from pytest_kernelfix.report.artifacts import SessionReport
     from pytest_kernelfix.report.publish import Sink
-    from pytest_kernelfix.rerun.launcher import RerunSetup
-    from pytest_kernelfix.rerun.runner import Reruns
-    from pytest_kernelfix.session.helper import Helper
-    from pytest_kernelfix.session.pipeline import SessionInputs
-
-
-def session_project(config: pytest.Config, settings: Settings) -> Project:
-    """The project as this session's configuration defines it."""
-    return Project(settings.rootdir, tuple(config.getini("python_files")), settings.paths)
-
-
-def positional_args(config: pytest.Config) -> tuple[str, ...]:
-    """The paths and node ids of the command line, also before collection has set
-    ``config.args`` (the overlap helper starts with the initial conftests). Early, a
-    conftest's options are not known yet (``--mode quick`` reads as the path ``quick``),
-    so only what names an existing path counts."""
-    if config.args:
-        return tuple(config.args)
-    early = getattr(getattr(config, "known_args_namespace", None), "file_or_dir", None) or ()
-    here = config.invocation_params.dir
-    return tuple(arg for arg in early if (here / arg.partition("::")[0]).exists())
-
-
-def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> RerunSetup:
-    """What every rerun of this session shares."""
-    from pytest_kernelfix.rerun.args import carried_args
-    from pytest_kernelfix.rerun.launcher import RerunSetup
-    from pytest_kernelfix.rerun.plan import device_plan
-
-    cache_dir = settings.cache_root
-    env = {}
-    if device == "cuda":  # candidates share compiled kernels; never the user's ~/.triton
-        env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
-    return RerunSetup(
-        original_root=settings.rootdir,
-        timeout=settings.timeout,
-        device=device_plan(device=device, cuda_shim=settings.cuda_shim,
-                           target=settings.target, cache_dir=cache_dir),
-        addopts=tuple(config.getini("addopts")),
-        inifile=config.inipath,
-        extra_args=carried_args(config.invocation_params.args, positional_args(config)),
-        env=env,
-        mode=settings.rerun,
-        base_env=dict(os.environ),
-    )
-
-
-def configured_fixer(settings: Settings) -> Fixer:
-    """The fixer the settings name (a stand-in that says why when it cannot be built)."""
-    from pytest_kernelfix.fixers.base import FixerError
-    from pytest_kernelfix.fixers.hook import UnavailableFixer
-
-    try:
-        from pytest_kernelfix.fixers.factory import build_fixer
-
-        return build_fixer(
-            settings.model,
-            api_base=settings.api_base or None,
-            timeout=settings.llm_timeout,
-            num_retries=settings.llm_retries,
-            prompts_dir=settings.prompts_dir,
-            record=settings.record,
-            cache_dir=None if settings.no_cache else settings.cache_root,
-        )
-    except (ValueError, OSError, FixerError) as error:
-        return UnavailableFixer(f"fixer {settings.model!r} unavailable: {error}")
 
 
 def hook_asker(config: pytest.Config) -> Callable[[Any], Any]:
@@ -144,7 +84,7 @@ def hooked(config: pytest.Config) -> bool:
 
 def session_fixer(config: pytest.Config, settings: Settings) -> Fixer:
     """The configured fixer behind the ``pytest_kernelfix_propose`` hook."""
-    from pytest_kernelfix.fixers.hook import HookFixer
+    from pytest_kernelfix.fixers.hook import HookFixer  # start-up: only a session that heals
 
     return HookFixer(hook_asker(config), configured_fixer(settings), hooked=hooked(config))
 
@@ -168,7 +108,7 @@ class HealingController:
     """Collects failures and passes, heals once the run is over, prints the summary."""
 
     def __init__(self, config: pytest.Config, settings: Settings, device: str,
-                 notes: list[str] | None = None) -> None:
+                 notes: list[str] | None = None, *, early: Helper | None = None) -> None:
         self.config = config
         self.settings = settings
         self.device = device
@@ -186,6 +126,7 @@ class HealingController:
         self.ci_notes: list[str] = []  # about the outputs, written after the report
         self.sinks: tuple[Sink, ...] = ()  # besides the report files and GitHub's outputs
         self._reruns: Reruns | None = None
+        self._early = early  # the helper started before the conftests, if one was
         self._helper: Helper | None = None
         self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # said while tests run
         self._running = True  # the test run goes on: lines wait for the main thread
@@ -212,17 +153,14 @@ class HealingController:
         self.changes = self._read_changes()
         if not self.settings.overlap or self._bisect_first():
             return
-        from pytest_kernelfix.plugin import helper_key
-        from pytest_kernelfix.session import helper
-
         try:
-            started = self.config.stash.get(helper_key, None)
+            started = self._early
             if started is None:
-                started = helper.Helper(helper.Start(self.settings, self.project, self.setup))
+                started = Helper(Start(self.settings, self.project, self.setup))
             else:
                 self.setup = started.start.setup  # the environment its server started with
-            started.begin(helper.Session(test_processes(self.config), hooked(self.config),
-                                         self.changes),
+            started.begin(Session(test_processes(self.config), hooked(self.config),
+                                  self.changes),
                           ask=hook_asker(self.config), progress=self._progress)
             self._helper = started
         except Exception as error:  # the end of the session heals in this process
@@ -294,8 +232,6 @@ class HealingController:
     def reruns(self) -> Reruns:
         """The session's runner, made on first use; it owns the warm servers."""
         if self._reruns is None:
-            from pytest_kernelfix.rerun.runner import Reruns
-
             self._reruns = Reruns()
         return self._reruns
 
@@ -351,8 +287,6 @@ class HealingController:
     def record_green(self) -> None:
         """Record the project's files as the state the selected kernel tests that passed
         passed at (the last green state a later failure is compared with)."""
-        from pytest_kernelfix.locate.green import GreenStore
-
         passed = [test.nodeid for test in self.passed if self.selection.selects(
             test.nodeid, test.nodeid in self.marked, test.launches, self.project)]
         if not passed or self.green is None:
@@ -396,8 +330,6 @@ class HealingController:
             self.notes.append("healing was interrupted twice: the report may be incomplete "
                               "or missing")
         except Exception as error:  # the session must never crash because of a heal
-            from pytest_kernelfix.redact import redact
-
             self.report = None  # nothing was written: the summary names no report
             self.error = redact(
                 f"healing stopped by an internal error: {type(error).__name__}: {error}")
@@ -405,6 +337,7 @@ class HealingController:
     def publish(self) -> None:
         """Every output of the session, once: the report files, GitHub's step summary and
         annotations, then the other sinks (JUnit)."""
+        # start-up: the reports' writers load only for a session that has one
         from pytest_kernelfix.report.publish import GitHubActions, ReportFiles, publish
 
         if self.report is None:
@@ -415,8 +348,6 @@ class HealingController:
 
     def inputs(self) -> SessionInputs:
         """The session's failures, passes and notes, and how reruns are made."""
-        from pytest_kernelfix.session.pipeline import SessionInputs
-
         return SessionInputs(
             failures=tuple(self.failures),
             passed=tuple(self.passed),
@@ -429,8 +360,9 @@ class HealingController:
         )
 
     def heal(self) -> SessionReport:
+        # start-up: what heals after the run loads only when something is left to heal
         from pytest_kernelfix.heal.guards import build_guard
-        from pytest_kernelfix.session.pipeline import Stages, run_healing
+        from pytest_kernelfix.session.pipeline import run_healing
 
         inputs = self.inputs()
         if self._helper is not None:
@@ -440,7 +372,7 @@ class HealingController:
             self.notes.append(f"{self._helper.error}: healing ran after the tests")
             inputs = self.inputs()
         if self.cancel.is_set():  # the test run was interrupted: nothing will be asked
-            from pytest_kernelfix.fixers.hook import UnavailableFixer
+            from pytest_kernelfix.fixers.hook import UnavailableFixer  # start-up, as above
 
             fixer: Fixer = UnavailableFixer(f"the session was interrupted ({self.cancel.why})")
         else:
@@ -483,6 +415,7 @@ class HealingController:
         reporter.write_line(f"kernelfix: {line}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        # start-up: the summary's writers load only for a session that has one to print
         from pytest_kernelfix.report.artifacts import summary_lines
         from pytest_kernelfix.report.unselected import unselected_lines
 

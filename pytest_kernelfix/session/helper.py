@@ -41,17 +41,21 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelfix import redact
 from pytest_kernelfix.capture.records import Failure, PassedTest
-from pytest_kernelfix.config import Settings
+from pytest_kernelfix.config import Settings, load_settings
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, interrupt_name
+from pytest_kernelfix.session.start import configured_fixer, rerun_setup, session_project
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the test process imports this module before torch: nothing heavy
     from pytest_kernelfix.fixers.base import ProposalRequest
     from pytest_kernelfix.locate.base import Changes
     from pytest_kernelfix.report.artifacts import SessionReport
-    from pytest_kernelfix.session.pipeline import SessionInputs
+    from pytest_kernelfix.session.inputs import SessionInputs, Stages
+    from pytest_kernelfix.session.overlap import Overlap
 
 #: What the helper process runs.
 BOOTSTRAP = "from pytest_kernelfix.session.helper import main; main()"
@@ -87,9 +91,6 @@ def early(config: Any, namespace: Any, device: str) -> Helper | None:
     starts it at the session's start there), or when it cannot start."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return None
-    from pytest_kernelfix.config import load_settings
-    from pytest_kernelfix.session.controller import rerun_setup, session_project
-
     try:
         settings = load_settings(config, namespace)
         start = Start(settings, session_project(config, settings),
@@ -316,14 +317,11 @@ class Healer:
         return reply[1]
 
     def serve(self) -> None:
-        from pytest_kernelfix.rerun.runner import Reruns
-
         start: Start = self.inbox.recv()[1]
-        from pytest_kernelfix import redact
-
         redact.listed(start.settings.redact_env)  # as the test process redacts
         with Reruns() as reruns:
             reruns.prestart(start.setup)  # its imports run while the helper imports its own
+            # start-up: the healing code loads here, beside the warm server's imports
             from pytest_kernelfix.session.overlap import Overlap
 
             try:
@@ -360,7 +358,7 @@ class Healer:
                     if message[2]:  # the test run was interrupted
                         self.cancel.set(message[2])
                     finishing = threading.Thread(target=self.finish,
-                                                 args=(overlap, message[1], reruns),
+                                                 args=(overlap, message[1]),
                                                  name="kernelfix-finish", daemon=True)
                     finishing.start()
                 elif kind == "stop":
@@ -371,11 +369,11 @@ class Healer:
         overlap.join(STOP_WAIT)
         os._exit(0)  # the daemon threads still asking a model are left behind
 
-    def stages(self, start: Start, session: Session, reruns: Any) -> Any:
+    def stages(self, start: Start, session: Session, reruns: Reruns) -> Stages:
+        # start-up: loaded in the helper process only, once its warm server started
         from pytest_kernelfix.fixers.hook import HookFixer
         from pytest_kernelfix.heal.guards import build_guard
-        from pytest_kernelfix.session.controller import configured_fixer
-        from pytest_kernelfix.session.pipeline import Stages
+        from pytest_kernelfix.session.inputs import Stages
 
         def ask(request: ProposalRequest) -> Any:
             return self.ask(request) if session.hooked else None
@@ -384,14 +382,14 @@ class Healer:
         return Stages(fixer=fixer, guard=build_guard(start.project), runner=reruns,
                       progress=self.line, cancel=self.cancel)
 
-    def finish(self, overlap: Any, inputs: SessionInputs, reruns: Any) -> None:
+    def finish(self, overlap: Overlap, inputs: SessionInputs) -> None:
         """The session's healing, the bugs under way handed over; its report back."""
+        # start-up: loaded in the helper process only, once its warm server started
+        from pytest_kernelfix.fixers.hook import UnavailableFixer
         from pytest_kernelfix.session.pipeline import run_healing
 
         try:
             if self.cancel.is_set():  # nothing more is asked; what was healed is kept
-                from pytest_kernelfix.fixers.hook import UnavailableFixer
-
                 overlap.fixer = overlap.fixer or UnavailableFixer(
                     f"the session was interrupted ({self.cancel.why})")
             report = run_healing(inputs, overlap.stages(), head=overlap)

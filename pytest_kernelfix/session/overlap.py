@@ -57,17 +57,10 @@ from pytest_kernelfix.report.artifacts import Overlapped
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.session.bug import heal_bug, interrupted, make_verifier
+from pytest_kernelfix.session.counted import CountedRunner
+from pytest_kernelfix.session.inputs import SessionInputs, Stages, sandbox_exclude
 from pytest_kernelfix.session.interrupt import Cancel, interrupt_name
-from pytest_kernelfix.session.pipeline import (
-    Early,
-    SessionInputs,
-    Stages,
-    _Counted,
-    heal_bug,
-    interrupted,
-    make_verifier,
-    sandbox_exclude,
-)
 from pytest_kernelfix.session.schedule import cpu_count, visible_gpus, worker_count
 from pytest_kernelfix.verify.sample import representative
 from pytest_kernelfix.verify.verifier import Child, Opener, Runner, Verifier
@@ -364,7 +357,7 @@ class Overlap:
         """Heal the unit's bug, then check its winner on the tests that join it, until
         the session's end says the bug's final tests."""
         stages = self.stages()
-        counted = _Counted(_AfterTheRun(stages.runner, self.tests_ended)
+        counted = CountedRunner(_AfterTheRun(stages.runner, self.tests_ended)
                            if self.wait_for_gpu else stages.runner,
                            lambda line: self._say(unit, line), self.cancel)
         stages = replace(stages, runner=counted, fixer=_Checked(stages.fixer, unit),
@@ -411,7 +404,7 @@ class Overlap:
     # -- the session's end -------------------------------------------------------------
 
     def assign(self, groups: Sequence[BugGroup], passed: Sequence[PassedTest]
-               ) -> dict[int, Early]:
+               ) -> dict[int, _Unit]:
         """The bugs under way that the final grouping keeps, by the index of their group:
         each is told its final tests and reruns at full speed from now on; the others
         stop (a merged group's second heal, one that never started)."""
@@ -419,7 +412,7 @@ class Overlap:
         self.events.put(("end", None))
         if self.coordinator is not None:
             self.coordinator.join()
-        early: dict[int, Early] = {}
+        early: dict[int, _Unit] = {}
         claimed: set[str] = set()
         for index, group in enumerate(groups):
             mine = [unit for seed, unit in self.units.items()

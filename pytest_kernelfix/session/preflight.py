@@ -148,7 +148,7 @@ def check_target(target: str, *, gate: bool) -> None:
     """A known target; with the gate on, one the installed Triton has a backend for."""
     if not gate_enabled(target):
         return
-    from pytest_kernelfix.rerun.probes.gate import parse_target
+    from pytest_kernelfix.rerun.probes.gate import parse_target  # start-up: the gate's only
 
     try:
         parse_target(target, require_backend=gate)
@@ -172,6 +172,7 @@ def check_fixer(settings: Settings, warn: Warn = _warn, probe: Probe | None = No
     """Build the configured fixer as the session will (no call made), then, for a
     litellm model, ask litellm whether it knows the provider and sees its keys, and
     probe the endpoint."""
+    # start-up: a session that only checks its device imports this module too
     from pytest_kernelfix.fixers.factory import RECIPES, REPLAY_PREFIX, build_fixer
     from pytest_kernelfix.fixers.replay import CassetteError, ReplayFixer
 
@@ -214,7 +215,7 @@ def check_litellm_model(model: str, api_base: str, warn: Warn = _warn, *,
                         probe: Probe | None = None) -> None:
     """A provider litellm knows, a model name after it, the provider's keys (not empty),
     and an endpoint that answers where one is configured."""
-    from pytest_kernelfix.fixers.llm import import_litellm, resolve_endpoint
+    from pytest_kernelfix.fixers.llm import import_litellm, resolve_endpoint  # a model's only
 
     litellm = import_litellm()
     named = spelled(source, model)
@@ -283,7 +284,7 @@ def _unset(names: list[str]) -> Iterator[None]:
 def check_priced(model: str, cap: str, warn: Warn = _warn) -> None:
     """``--kernelfix-max-cost`` counts dollars from litellm's price list: a model it has
     no price for costs $0 there, so the cap never stops it. Say so at start-up."""
-    from pytest_kernelfix.fixers.llm import import_litellm
+    from pytest_kernelfix.fixers.llm import import_litellm  # start-up: a model's only
 
     try:
         info = import_litellm().get_model_info(model)
