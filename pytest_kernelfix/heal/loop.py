@@ -61,6 +61,7 @@ from pytest_kernelfix.heal.outcomes import (
 from pytest_kernelfix.locate.context import BugContext
 from pytest_kernelfix.locate.need import NeedAnswer
 from pytest_kernelfix.redact import redact
+from pytest_kernelfix.vocabulary import BugStatus
 
 _RAW_KEEP = 4000
 _ANALYSIS_KEEP = 300
@@ -131,7 +132,8 @@ def heal(
         tried[_digest(current)] = summary
         feedback = tidy(resume.verdict.feedback or resume.verdict.summary)
 
-    def finish(status: str, reason: str, final: Mapping[str, str] | None = None) -> HealResult:
+    def finish(status: BugStatus, reason: str, final: Mapping[str, str] | None = None
+               ) -> HealResult:
         return HealResult(
             group_id=context.group_id,
             status=status,
