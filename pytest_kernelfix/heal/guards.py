@@ -35,7 +35,7 @@ from pathlib import PurePosixPath
 
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.heal.outcomes import Candidate, Guard, Screening
-from pytest_kernelfix.locate.outline import bindings
+from pytest_kernelfix.kernels import bindings, import_aliases, is_kernel
 from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project
 from pytest_kernelfix.redact import MARKER
 
@@ -129,7 +129,6 @@ _SHAPE_CALLS = frozenset({
 })
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
                ast.MatMult)
-_KERNEL_DECORATOR = re.compile(r"\bjit\b|autotune|heuristics")
 #: Bidirectional overrides ("trojan source") hide code from a reviewer.
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _TEXT_CONTROLS = frozenset("\t\n\r\x0c")
@@ -273,10 +272,6 @@ def _dotted(node: ast.AST, aliases: Mapping[str, str]) -> str:
     return ".".join([root, *reversed(parts)])
 
 
-def _is_kernel(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(_KERNEL_DECORATOR.search(ast.unparse(d)) for d in function.decorator_list)
-
-
 def _walk_own(node: ast.AST) -> Iterator[ast.AST]:
     """Nodes of a function body, without descending into nested functions or lambdas."""
     stack = list(ast.iter_child_nodes(node))
@@ -379,6 +374,7 @@ def _facts(text: str) -> _Facts | None:
     except (SyntaxError, ValueError):
         return None
     aliases = _aliases(tree)
+    imported = import_aliases(tree)
     modules = set(aliases)
     patches: Counter[str] = Counter()
     compute: Counter[str] = Counter()
@@ -393,7 +389,7 @@ def _facts(text: str) -> _Facts | None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = prefix + node.name
                 functions.add(name)
-                if _is_kernel(node):
+                if is_kernel(node, imported):
                     kernel_nodes.update(id(n) for n in ast.walk(node))
                     kernels.add(ast.unparse(node))
                     continue
