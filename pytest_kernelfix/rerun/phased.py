@@ -16,7 +16,10 @@ decides (it simply asks for no more).
 A phase the child cannot run is answered ``None``, and the caller runs it as a one-shot
 rerun (:func:`pytest_kernelfix.rerun.launcher.run_tests`): tests it did not collect, a
 child whose collection reported errors or that ended early, a child that could not fork
-its phases (after the one phase it ran itself).
+its phases (after the one phase it ran itself). A child whose ``ready`` or ``phase_end``
+event cannot be read (:class:`~pytest_kernelfix.rerun.plan.Ready`,
+:class:`~pytest_kernelfix.rerun.plan.PhaseEnd`) is ended, and the phase's result says
+why in its ``report_error``.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from pytest_kernelfix.fields import FieldError
 from pytest_kernelfix.rerun.launcher import (
     OUTPUT_TAIL,
     PROGRESS_EVERY,
@@ -43,7 +46,7 @@ from pytest_kernelfix.rerun.launcher import (
     child_env,
     rerun_plan,
 )
-from pytest_kernelfix.rerun.plan import PhaseCommand, phase_results
+from pytest_kernelfix.rerun.plan import PhaseCommand, PhaseEnd, Ready, SliceEnd, phase_results
 from pytest_kernelfix.rerun.report import (
     EventTail,
     FinishedTests,
@@ -92,7 +95,8 @@ class PhasedChild:
         self.ended: ForkResult | None = None
         self.mode = "fork"
         self.fallback = ""
-        self.ready: dict[str, Any] | None = None
+        self.ready: Ready | None = None
+        self.unreadable = ""  # why an event of the child could not be read
         self.collection_errors: list[str] = []
         self.index = 0
         self.started = False  # a phase result has counted this child's start
@@ -122,20 +126,23 @@ class PhasedChild:
         """Run ``spec``'s tests as one phase of this child: the result a one-shot rerun
         of ``spec`` would give, or None when this child cannot run it."""
         started = time.monotonic()
-        if not self._wait_ready(started + self.setup.timeout):
-            if self.alive:  # collection hung: the phase timed out, as a one-shot rerun would
+        if not self._wait_ready(started + self.setup.timeout) or self.unreadable:
+            # collection hung (the phase timed out, as a one-shot rerun would), or the
+            # child's ready event could not be read
+            if self.alive or self.unreadable:
                 self.close()
-                return RerunResult((), -9, timed_out=True, output=self._tail(0),
-                                   seconds=time.monotonic() - started, mode=self.mode,
-                                   fallback=self.fallback, started=self._count())
+                return RerunResult((), -9, timed_out=not self.unreadable,
+                                   output=self._tail(0), seconds=time.monotonic() - started,
+                                   mode=self.mode, fallback=self.fallback,
+                                   report_error=self.unreadable, started=self._count())
             return None
-        collected = set(self.ready.get("nodeids", ())) if self.ready else set()
+        collected = set(self.ready.nodeids) if self.ready else set()
         if not self.served or self.collection_errors or not set(spec.nodeids) <= collected:
             return None
         index = self.index
         self.index += 1
         slices = split_nodeids(spec.nodeids, spec.setup.jobs, MIN_TESTS_PER_SLICE)
-        if self.ready and not self.ready.get("fork"):
+        if self.ready and not self.ready.fork:
             slices = (spec.nodeids,)
             self.served = False  # it runs this one phase itself, then ends
         offset = _size(self.log)
@@ -148,18 +155,18 @@ class PhasedChild:
             self.stop.set()
             self.thread.join()
             how = self.ended if self.ended is not None else ForkResult(-9, True)
-            statuses = [{"returncode": how.returncode, "timed_out": overran,
-                         "stopped": False}] * len(slices)
+            statuses = [SliceEnd(how.returncode, timed_out=overran)] * len(slices)
             self.served = False
         else:
-            statuses = list(end.get("slices", ()))
-        parts = [Part(nodeids, self._slice(index, part, statuses[part]
-                                           if part < len(statuses) else {}),
-                      bool((statuses[part] if part < len(statuses) else {}).get("stopped")))
+            statuses = list(end.slices)
+        statuses += [SliceEnd(-9)] * (len(slices) - len(statuses))
+        parts = [Part(nodeids, self._slice(index, part, statuses[part]), statuses[part].stopped)
                  for part, nodeids in enumerate(slices)]
         merged = merge_parts(parts, seconds=time.monotonic() - started,
                              output_budget=OUTPUT_TAIL)
-        return replace(merged, output=self._tail(offset), started=self._count())
+        return replace(merged, output=self._tail(offset), started=self._count(),
+                       report_error="; ".join(filter(None, (merged.report_error,
+                                                            self.unreadable))))
 
     def _count(self) -> int:
         """1 for the first result of this child (it started a process), then 0."""
@@ -178,7 +185,11 @@ class PhasedChild:
                 if kind == "collection_error":
                     self.collection_errors.append(str(event.get("text", "")))
                 elif kind == "ready":
-                    self.ready = event
+                    try:
+                        self.ready = Ready.from_json(event)
+                    except FieldError as error:
+                        self.ready = Ready((), False)
+                        self.unreadable = f"the rerun child's ready event is malformed: {error}"
             if self.ready is not None:
                 break
             if not self.alive or time.monotonic() >= deadline:
@@ -187,9 +198,10 @@ class PhasedChild:
         return self.alive
 
     def _wait_phase(self, index: int, spec: RerunSpec, slices: Sequence[Sequence[str]],
-                    started: float) -> tuple[dict[str, Any] | None, bool]:
+                    started: float) -> tuple[PhaseEnd | None, bool]:
         """(the ``phase_end`` event of phase ``index``, False), or (None, whether the
-        child overran the phase's timeout) when it ended or overran first."""
+        child overran the phase's timeout) when it ended or overran first, or when that
+        event could not be read (:attr:`unreadable` says why)."""
         limit = started + self.setup.timeout + GRACE
         files = [FinishedTests(phase_results(self.output, index, part))
                  for part in range(len(slices))]
@@ -198,7 +210,12 @@ class PhasedChild:
         while True:
             for event in self.events.new():
                 if event.get("event") == "phase_end" and event.get("index") == index:
-                    return event, False
+                    try:
+                        return PhaseEnd.from_json(event), False
+                    except FieldError as error:
+                        self.unreadable = ("the rerun child's phase_end event is malformed: "
+                                           f"{error}")
+                        return None, False
             now = time.monotonic()
             if not self.alive or now >= limit or (spec.cancel is not None
                                                    and spec.cancel.is_set()):
@@ -209,16 +226,14 @@ class PhasedChild:
                 tick = now + PROGRESS_EVERY
             time.sleep(POLL)
 
-    def _slice(self, index: int, part: int, status: dict[str, Any]) -> RerunResult:
+    def _slice(self, index: int, part: int, status: SliceEnd) -> RerunResult:
         """One slice of a phase, read back like a one-shot child."""
         child = fold_events(self.unsandbox(read_events(phase_results(self.output, index,
                                                                      part))))
-        code = int(status.get("returncode", -9))
-        timed_out = bool(status.get("timed_out"))
-        stopped = bool(status.get("stopped"))
+        code, timed_out = status.returncode, status.timed_out
         return RerunResult(
             outcomes=child.tests, returncode=code, timed_out=timed_out,
-            signal="" if timed_out or stopped else signal_name(code),
+            signal="" if timed_out or status.stopped else signal_name(code),
             collection_errors=child.collection_errors, running=child.running,
             report=child.report, running_launches=child.running_launches, mode=self.mode,
             fallback=self.fallback, report_error=child.report_error)
