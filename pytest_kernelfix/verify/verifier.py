@@ -47,7 +47,6 @@ from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.heal.guards import masking
-from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
@@ -78,7 +77,7 @@ from pytest_kernelfix.verify.sensitivity import (
 )
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
-from pytest_kernelfix.vocabulary import StepOutcome
+from pytest_kernelfix.vocabulary import Phase, StepOutcome, Verdict, VerdictKind, phase_text
 
 #: Verdicts on the failing tests that the regression set may still overrule, as it would
 #: in one combined rerun (:func:`judge` reaches them after the regression check). An
