@@ -16,7 +16,7 @@ import pytest
 
 from pytest_kernelfix.capture.records import defines_kernel
 from pytest_kernelfix.fixers.recipes import rewrite_arange_constexpr, rewrite_integer_powers
-from pytest_kernelfix.heal.guards import shape_notes
+from pytest_kernelfix.heal.analysis import shape_notes
 from pytest_kernelfix.kernels import import_aliases, is_kernel, kernel_functions
 from pytest_kernelfix.locate.outline import parse_module
 

@@ -74,9 +74,6 @@ KNOWN: Mapping[str, str] = {
         "rerun path, branch rerun)",
     "pytest_kernelfix.rerun.child.phases -> pytest_kernelfix.rerun.child.agent":
         "circle agent <-> phases: item 2 (one rerun path, branch rerun)",
-    "pytest_kernelfix.verify.verifier -> pytest_kernelfix.heal.guards":
-        "verify reaches engine and fixers through heal/guards (its masking analysis): "
-        "item 4 (guards split into screening and AST analysis, branch screen)",
 }
 
 
