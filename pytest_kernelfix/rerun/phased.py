@@ -21,7 +21,9 @@ signal that killed it, and what it printed, whatever happened before its tests r
 A phase a child opened for several cannot run is answered ``None``, and the caller runs
 it in a child of its own: tests it did not collect, a child whose collection reported
 errors or that ended early, a child that could not fork its phases (after the one phase
-it ran itself).
+it ran itself). A child whose ``ready`` or ``phase_end`` event cannot be read
+(:class:`~pytest_kernelfix.rerun.plan.Ready`, :class:`~pytest_kernelfix.rerun.plan.PhaseEnd`)
+is ended, and the phase's result says why in its ``report_error``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.fields import FieldError
 from pytest_kernelfix.rerun.launcher import (
     OUTPUT_TAIL,
     PROGRESS_EVERY,
@@ -49,7 +52,14 @@ from pytest_kernelfix.rerun.launcher import (
     read_tail,
     rerun_plan,
 )
-from pytest_kernelfix.rerun.plan import PhaseCommand, ProbePlan, phase_results
+from pytest_kernelfix.rerun.plan import (
+    PhaseCommand,
+    PhaseEnd,
+    ProbePlan,
+    Ready,
+    SliceEnd,
+    phase_results,
+)
 from pytest_kernelfix.rerun.report import (
     EventTail,
     FinishedTests,
@@ -106,7 +116,8 @@ class PhasedChild:
         self.error: BaseException | None = None
         self.mode = "fork"
         self.fallback = ""
-        self.ready: Mapping[str, Any] | None = None
+        self.ready: Ready | None = None
+        self.unreadable = ""  # why an event of the child could not be read
         self.collection_errors: list[str] = []
         self.index = 0
         self.offset = 0  # where the next phase's output begins in the log
@@ -152,21 +163,24 @@ class PhasedChild:
         """Run ``spec``'s tests as one phase of this child: the result a child of its own
         would give for ``spec``, or None when this child cannot run it."""
         started = time.monotonic()
-        if not self._wait_ready(started + self.setup.timeout):
-            if self.alive:  # collection hung: the phase timed out, as a child would have
+        if not self._wait_ready(started + self.setup.timeout) or self.unreadable:
+            # collection hung (the phase timed out, as a child would have), or the child's
+            # ready event could not be read
+            if self.alive or self.unreadable:
                 self.stop.set()
                 self.thread.join()
                 output = self._output()
                 self.close()
-                return RerunResult((), -9, timed_out=True, output=output,
+                return RerunResult((), -9, timed_out=not self.unreadable, output=output,
                                    seconds=time.monotonic() - started, mode=self.mode,
-                                   fallback=self.fallback, started=self._count())
+                                   fallback=self.fallback, report_error=self.unreadable,
+                                   started=self._count())
             return None
-        collected = set(self.ready.get("nodeids", ())) if self.ready else set()
+        collected = set(self.ready.nodeids) if self.ready else set()
         if not self.served or self.collection_errors or not set(spec.nodeids) <= collected:
             return None
         slices = split_nodeids(spec.nodeids, spec.setup.jobs, MIN_TESTS_PER_SLICE)
-        if self.ready and not self.ready.get("fork"):
+        if self.ready and not self.ready.fork:
             slices = (spec.nodeids,)
             self.served = False  # it runs this one phase itself, then ends
         index = self._send(spec, name, slices, end=False)
@@ -175,18 +189,19 @@ class PhasedChild:
             self.stop.set()
             self.thread.join()
             how = self.ended if self.ended is not None else ForkResult(-9, True)
-            statuses = [{"returncode": how.returncode, "timed_out": overran or how.timed_out,
-                         "stopped": False}] * len(slices)
+            statuses = [SliceEnd(how.returncode, timed_out=overran or how.timed_out)
+                        ] * len(slices)
             self.served = False
         else:
-            statuses = list(end.get("slices", ()))
-        parts = [Part(nodeids, self._slice(index, part, statuses[part]
-                                           if part < len(statuses) else {}),
-                      bool((statuses[part] if part < len(statuses) else {}).get("stopped")))
+            statuses = list(end.slices)
+        statuses += [SliceEnd(-9)] * (len(slices) - len(statuses))
+        parts = [Part(nodeids, self._slice(index, part, statuses[part]), statuses[part].stopped)
                  for part, nodeids in enumerate(slices)]
         merged = merge_parts(parts, seconds=time.monotonic() - started,
                              output_budget=OUTPUT_TAIL)
-        return replace(merged, output=self._output(), started=self._count())
+        return replace(merged, output=self._output(), started=self._count(),
+                       report_error="; ".join(filter(None, (merged.report_error,
+                                                            self.unreadable))))
 
     def finish(self, spec: RerunSpec, name: str = "") -> RerunResult:
         """Run ``spec``'s tests as this child's last phase, in the collected child
@@ -201,8 +216,7 @@ class PhasedChild:
         if self.error is not None:
             raise self.error
         how = self.ended if self.ended is not None else ForkResult(-9, False, True)
-        status = {"returncode": how.returncode, "timed_out": how.timed_out,
-                  "stopped": how.stopped}
+        status = SliceEnd(how.returncode, timed_out=how.timed_out, stopped=how.stopped)
         result = self._slice(index, 0, status, before=read_events(self.output))
         return replace(result, output=self._output(), seconds=time.monotonic() - self.born,
                        started=self._count())
@@ -241,7 +255,11 @@ class PhasedChild:
                 if kind == "collection_error":
                     self.collection_errors.append(str(event.get("text", "")))
                 elif kind == "ready":
-                    self.ready = event
+                    try:
+                        self.ready = Ready.from_json(event)
+                    except FieldError as error:
+                        self.ready = Ready((), False)
+                        self.unreadable = f"the rerun child's ready event is malformed: {error}"
             if self.ready is not None:
                 break
             if not self.alive or time.monotonic() >= deadline:
@@ -250,11 +268,12 @@ class PhasedChild:
         return self.alive
 
     def _wait(self, spec: RerunSpec, started: float, index: int | None
-              ) -> tuple[Mapping[str, Any] | None, bool]:
+              ) -> tuple[PhaseEnd | None, bool]:
         """(the ``phase_end`` event of phase ``index``, False), or (None, whether the
-        child overran the phase's timeout) when it ended, overran or was cancelled first.
-        With ``index`` None, until the child ends (its lifetime bounds it). Tells
-        ``spec.progress`` how far the phase is."""
+        child overran the phase's timeout) when it ended, overran or was cancelled first,
+        or when that event could not be read (:attr:`unreadable` says why). With ``index``
+        None, until the child ends (its lifetime bounds it). Tells ``spec.progress`` how
+        far the phase is."""
         limit = started + self.setup.timeout + GRACE
         total = len(set(spec.nodeids))
         tick = started + PROGRESS_EVERY
@@ -262,7 +281,12 @@ class PhasedChild:
             if index is not None:
                 for event in self.events.new():
                     if event.get("event") == "phase_end" and event.get("index") == index:
-                        return event, False
+                        try:
+                            return PhaseEnd.from_json(event), False
+                        except FieldError as error:
+                            self.unreadable = ("the rerun child's phase_end event is "
+                                               f"malformed: {error}")
+                            return None, False
             now = time.monotonic()
             if (not self.alive or (spec.cancel is not None and spec.cancel.is_set())
                     or (index is not None and now >= limit)):
@@ -275,18 +299,16 @@ class PhasedChild:
             else:
                 time.sleep(POLL)
 
-    def _slice(self, index: int, part: int, status: Mapping[str, Any],
+    def _slice(self, index: int, part: int, status: SliceEnd,
                before: Sequence[Mapping[str, Any]] = ()) -> RerunResult:
         """One slice of a phase, read back like a child of its own (``before``: the
         child's events before its phases, when they are the slice's too)."""
         events = [*before, *read_events(phase_results(self.output, index, part))]
         child = fold_events(self.unsandbox(events))
-        code = int(status.get("returncode", -9))
-        timed_out = bool(status.get("timed_out"))
-        stopped = bool(status.get("stopped"))
+        code, timed_out = status.returncode, status.timed_out
         return RerunResult(
             outcomes=child.tests, returncode=code, timed_out=timed_out,
-            signal="" if timed_out or stopped else signal_name(code),
+            signal="" if timed_out or status.stopped else signal_name(code),
             collection_errors=child.collection_errors, running=child.running,
             report=child.report, running_launches=child.running_launches, mode=self.mode,
             fallback=self.fallback, report_error=child.report_error)

@@ -391,7 +391,7 @@ class Overlap:
             why = self.cancel.why or interrupt_name(stop)
             unit.result = result if result is not None else interrupted(unit.group, stop, why)
         except Exception as error:  # the bug is reported as it ended; the session goes on
-            unit.result = HealResult(unit.group.id, "unhealed",
+            unit.result = HealResult(unit.group.id, UNHEALED,
                                      f"healing stopped: {type(error).__name__}: {error}")
         finally:
             if unit.verifier is not None:

@@ -48,7 +48,6 @@ from typing import Protocol
 from pytest_kernelfix.config import VERIFY_MODES
 from pytest_kernelfix.fanout import fan_out
 from pytest_kernelfix.heal.analysis import masking
-from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
@@ -69,6 +68,7 @@ from pytest_kernelfix.verify.masks import kernel_output_unchanged, masked_verdic
 from pytest_kernelfix.verify.sensitivity import (
     BYPASS,
     DOUBT,
+    UNCERTIFIABLE,
     UNMEASURED,
     Judgement,
     Runs,
@@ -78,6 +78,7 @@ from pytest_kernelfix.verify.sensitivity import (
 )
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
+from pytest_kernelfix.vocabulary import Phase, StepOutcome, Verdict, VerdictKind, phase_text
 
 #: Verdicts on the failing tests that the regression set may still overrule, as it would
 #: in one combined rerun (:func:`judge` reaches them after the regression check). An
@@ -362,18 +363,18 @@ class Verifier:
         tampered = self.workspace.tampered() if candidate else ()
         if tampered:
             self.workspace.undo(tampered)
-            self._record(name, nodeids, seconds, VerdictKind.TAMPERED.value)
+            self._record(name, nodeids, seconds, VerdictKind.TAMPERED)
             raise _Rejected(Verdict(
                 False, f"the rerun changed test or data files: {', '.join(tampered)}",
                 "Running the patched code changed files it must not touch: "
                 + ", ".join(tampered), kind=VerdictKind.TAMPERED))
         results = tally(result, nodeids)
-        self._record(name, nodeids, seconds, "ran", results)
+        self._record(name, nodeids, seconds, StepOutcome.RAN, results)
         self.say(f"{name}: {results} ({seconds:.1f} s)")
         return result
 
-    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str,
-                results: str = "") -> None:
+    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float,
+                outcome: VerdictKind | StepOutcome, results: str = "") -> None:
         self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome, results))
 
     def _decide(self, verdict: Verdict, name: str = "") -> Verdict:
@@ -381,7 +382,7 @@ class Verifier:
         and say how the step ended beside how its tests did (:func:`phase_text`)."""
         for index in range(len(self.phases) - 1, -1, -1):
             if not name or self.phases[index].name == name:
-                outcome = verdict.kind.value if verdict.kind else ""
+                outcome = verdict.kind or StepOutcome.RAN
                 self.phases[index] = replace(self.phases[index], outcome=outcome)
                 self.say(phase_text(self.phases[index]))
                 break
@@ -617,7 +618,7 @@ class Verifier:
         if judgement.state == BYPASS:
             return Verdict(False, judgement.summary, judgement.feedback,
                            kind=VerdictKind.INSENSITIVE)
-        if judgement.state == VerdictKind.UNCERTIFIABLE:
+        if judgement.state == UNCERTIFIABLE:
             return Verdict(False, judgement.summary, judgement.summary,
                            kind=VerdictKind.UNCERTIFIABLE)
         return None
