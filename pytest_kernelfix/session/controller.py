@@ -55,7 +55,7 @@ from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, install_sigterm, 
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.report.publish import Sink
     from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
     from pytest_kernelfix.session.helper import Helper
@@ -470,7 +470,7 @@ class HealingController:
         reporter.write_line(f"kernelfix: {line}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_kernelfix.report.artifacts import summary_lines
+        from pytest_kernelfix.report.terminal import summary_lines
         from pytest_kernelfix.report.unselected import unselected_lines
 
         if not (self.failures or self.unselected or self.error or self.notes):

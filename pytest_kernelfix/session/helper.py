@@ -49,7 +49,7 @@ from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, interrupt_name
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import ProposalRequest
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.session.pipeline import SessionInputs
 
 #: What the helper process runs.

@@ -58,9 +58,10 @@ from pytest_kernelfix.locate.need import NeedResolver
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project, encoding_problem
 from pytest_kernelfix.redact import redact
-from pytest_kernelfix.report.artifacts import BugReport, SessionReport, patch_name
 from pytest_kernelfix.report.folder import make_report_dir
-from pytest_kernelfix.report.writeback import StaleFileError, write_back
+from pytest_kernelfix.report.model import BugReport, SessionReport
+from pytest_kernelfix.report.patches import patch_name
+from pytest_kernelfix.report.writeback import write_healed
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats, run_tests
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult
@@ -380,7 +381,7 @@ class HeadStart(Protocol):
 
 def run_healing(inputs: SessionInputs, stages: Stages, *,
                 head: HeadStart | None = None) -> SessionReport:
-    """Heal every bug of the session (and, in apply mode, write the healed files); the
+    """Heal every bug of the session, then, in apply mode, write the healed files; the
     report, for the controller to publish. ``head``: bugs already under way."""
     started = time.monotonic()
     settings = inputs.settings
@@ -432,9 +433,10 @@ def run_healing(inputs: SessionInputs, stages: Stages, *,
         for index, group in enumerate(groups)]
     began = head.began if head is not None and head.began is not None else started
     with shielded(cancel):  # apply mode writes every healed bug whole, or none of it
-        return finish(inputs, results, time.monotonic() - min(began, started),
-                      reruns=session.reruns, workers=workers,
-                      interrupted=cancel.why if cancel.is_set() else "")
+        report = finish(inputs, results, time.monotonic() - min(began, started),
+                        reruns=session.reruns, workers=workers,
+                        interrupted=cancel.why if cancel.is_set() else "")
+        return write_healed(report, inputs.project) if settings.apply else report
 
 
 def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (
@@ -815,30 +817,6 @@ def test_own_failure(verifier: Verifier) -> str:
             "launch code are right, answer with not_a_kernel_bug and say why.")
 
 
-def _apply(report_dir: Path, project: Project, group: BugGroup, result: HealResult,
-           written: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
-    """Write the bug's files; ``written`` says which bug wrote each file earlier in this
-    session (this bug's text builds on theirs, so no test-time hash applies)."""
-    changes = {
-        path: (result.original[path], result.final[path]) for path in result.changed_files
-    }
-    expected: dict[str, str] = {}
-    for failure in group.failures:
-        for path, digest in failure.hashes:
-            if os.path.isfile(path) and project.contains(path):
-                expected.setdefault(project.relative(path), digest)
-    for path in written:
-        expected.pop(path, None)
-    try:
-        done = write_back(
-            project.root, changes, expected=expected,
-            backup_dir=report_dir / "backup" / group.id, lock_dir=report_dir / "locks",
-        )
-    except (StaleFileError, OSError) as error:
-        return (), str(error)
-    return done.written, ""
-
-
 def _builds_on(result: HealResult, finals: Mapping[str, tuple[str, str]]) -> tuple[str, ...]:
     """The earlier bugs whose patched text this bug's patch starts from."""
     return tuple(dict.fromkeys(
@@ -850,42 +828,28 @@ def finish(
     inputs: SessionInputs, results: Sequence[tuple[BugGroup, HealResult]], seconds: float,
     *, reruns: Mapping[int, RerunStats], workers: int, interrupted: str = "",
 ) -> SessionReport:
-    """The session's report; in apply mode the healed files are written first (only
-    those: a bug an interrupt stopped wrote nothing).
+    """The session's report (apply mode writes the tree from it afterwards).
 
     ``reruns`` holds each bug's rerun statistics by its index in ``results``;
     ``interrupted`` says what stopped the session early (``Ctrl-C``, ``SIGTERM``), if
     anything did.
     """
     settings = inputs.settings
-    report_dir = settings.report_dir
     bugs = []
     finals: dict[str, tuple[str, str]] = {}  # path -> (bug, text its patch leaves)
-    written: dict[str, str] = {}  # path -> bug that wrote it (apply mode)
     for index, (group, result) in enumerate(results):
-        applied: tuple[str, ...] = ()
-        error = ""
         builds_on = _builds_on(result, finals) if result.status == HEALED else ()
-        if settings.apply and result.status == HEALED and result.healed_by:
-            error = (f"already applied by {result.healed_by}" if any(
-                bug in written.values() for bug in result.healed_by.split(", ")) else "")
-        elif settings.apply and result.status == HEALED and result.changed_files:
-            applied, error = _apply(report_dir, inputs.project, group, result, written)
-            if error and builds_on and not set(builds_on) <= set(written.values()):
-                error = (f"not written: it builds on the patch of {', '.join(builds_on)}, "
-                         f"which was not written ({error})")
-            written.update((path, group.id) for path in applied)
         if result.status == HEALED:
             finals.update((path, (group.id, result.final[path]))
                           for path in result.changed_files)
         keep = result.status in (HEALED, MASKED) and bool(result.patch)
         patch = patch_name(group, result.status) if keep else ""
-        bugs.append(BugReport(group, result, patch, applied, error,
-                              reruns.get(index, RerunStats()), builds_on))
+        bugs.append(BugReport(group, result, patch, reruns=reruns.get(index, RerunStats()),
+                              builds_on=builds_on))
     return SessionReport(
         bugs=tuple(bugs),
         rootdir=inputs.project.root,
-        report_dir=report_dir,
+        report_dir=settings.report_dir,
         mode="apply" if settings.apply else "report",
         device=inputs.device,
         model=settings.model,
