@@ -19,7 +19,8 @@ from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.engine.files import apply_proposal
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import Proposal, ProposalRequest
-from pytest_kernelfix.heal.guards import build_guard, shape_notes
+from pytest_kernelfix.heal.analysis import shape_notes
+from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.heal.loop import heal
 from pytest_kernelfix.heal.outcomes import UNHEALED, Candidate, Verdict
 from pytest_kernelfix.locate.context import BugContext, SourceFile

@@ -11,7 +11,6 @@ import pytest
 
 from pytest_kernelfix.locate import green as green_module
 from pytest_kernelfix.locate.base import (
-    change_waits,
     find_git_base,
     git_change,
     resolve_changes,
@@ -70,14 +69,16 @@ def test_auto_outside_ci_is_the_uncommitted_edits(repo: Path) -> None:
     assert why == "" and base is not None and not base.ci
     assert base.label == "HEAD (uncommitted changes)"
     assert git_change(base, Project(repo)) is None  # a clean tree: nothing changed
-    assert change_waits("auto", Project(repo), {}) == ""  # heals while the tests run
+    # nothing to bisect: heals while the tests run
+    assert resolve_changes("auto", Project(repo), {}).waits(Project(repo)) == ""
     (repo / "kernels" / "k.py").write_text("a = 1\nb = 5\n")
     change = git_change(base, Project(repo))
     assert change is not None and [c.path for c in change.files] == ["kernels/k.py"]
     assert change.files[0].base == "a = 1\nb = 3\n"
     # a change to bisect: healing waits for the end of the run, unless no base is wanted
-    assert change_waits("auto", Project(repo), {}) == "HEAD (uncommitted changes)"
-    assert change_waits("none", Project(repo), {}) == ""
+    assert resolve_changes("auto", Project(repo), {}).waits(Project(repo)) == (
+        "HEAD (uncommitted changes)")
+    assert resolve_changes("none", Project(repo), {}).waits(Project(repo)) == ""
 
 
 def test_a_pull_request_compares_with_its_merge_base(repo: Path, tmp_path: Path) -> None:
@@ -107,12 +108,14 @@ def test_a_shallow_checkout_says_what_to_fetch_and_goes_on(repo: Path, tmp_path:
 
 def test_without_git_a_base_asked_for_gets_one_line(tmp_path: Path) -> None:
     project = Project(tmp_path)
-    changes, notes = resolve_changes("main", project, {})
+    changes = resolve_changes("main", project, {})
+    notes = changes.said(["tests/test_k.py::test_k"])
     assert changes.git is None and len(notes) == 1 and "not in a git repository" in notes[0]
-    changes, notes = resolve_changes("auto", project, {}, green=tmp_path / "green",
-                                     nodeids=["tests/test_k.py::test_k"])
+    changes = resolve_changes("auto", project, {}, green=tmp_path / "green")
+    notes = changes.said(["tests/test_k.py::test_k"])
     assert len(notes) == 1 and notes[0].startswith("no base to compare the failing tests")
-    assert resolve_changes("none", project, {}) == (type(changes)(), ())
+    assert resolve_changes("none", project, {}) == type(changes)()
+    assert type(changes)().said(["tests/test_k.py::test_k"]) == ()
 
 
 def test_the_last_green_state_is_a_base_without_git(tmp_path: Path) -> None:
@@ -126,16 +129,17 @@ def test_the_last_green_state_is_a_base_without_git(tmp_path: Path) -> None:
     store.record(project, ["tests/test_k.py::test_k"])
     assert store.change("tests/test_k.py::test_k", project) is None  # nothing changed
     assert store.change("tests/test_k.py::test_other", project) is None  # no record
-    assert change_waits("auto", project, {}, green=store.folder) == ""
+    assert resolve_changes("auto", project, {}, green=store.folder).waits(project) == ""
     (tmp_path / "kernels" / "k.py").write_text("a = 2\n")
-    assert change_waits("auto", project, {}, green=store.folder) == "the last green run"
+    assert resolve_changes("auto", project, {}, green=store.folder).waits(project) == (
+        "the last green run")
     (tmp_path / "kernels" / "new.py").write_text("n = 1\n")
     change = store.change("tests/test_k.py::test_k", project)
     assert change is not None and change.base.startswith("the last green run of tests/")
     assert [(c.path, c.base, c.current) for c in change.files] == [
         ("kernels/k.py", "a = 1\n", "a = 2\n"), ("kernels/new.py", None, "n = 1\n")]
-    changes, notes = resolve_changes("auto", project, {}, green=store.folder,
-                                     nodeids=["tests/test_k.py::test_k"])
+    changes = resolve_changes("auto", project, {}, green=store.folder)
+    notes = changes.said(["tests/test_k.py::test_k"])
     assert notes == () and changes.for_test("tests/test_k.py::test_k", project) == change
     # a later green session of another test keeps this test's state, and only the files
     # that changed are stored again

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -152,6 +152,52 @@ def test_a_winner_that_fails_a_later_failure_goes_on_to_its_next_round(
     early_runs = [spec for spec in runner.specs if EARLY[0] in spec.nodeids
                   and not spec.probe.poison]
     assert len(early_runs) >= 3  # the baseline, round 1's first check, round 2
+
+
+class Shows(Answers):
+    """Answers that, in round 1, first let ``join`` add failures to the bug (so that
+    round 1's candidate is verified on them too), and keep what each round showed."""
+
+    def __init__(self, join: Callable[[], None], *edits: tuple[str, str]) -> None:
+        super().__init__(*edits)
+        self.join = join
+        self.shown: list[tuple[str, ...]] = []
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        if request.round == 1:
+            self.join()
+        self.shown.append(request.context.nodeids)
+        return super().propose(request)
+
+
+def test_failures_that_join_a_bug_while_it_heals_are_shown_from_the_next_round(
+    root: Path, overlaps: list[Overlap],
+) -> None:
+    runner = Runner()
+
+    def join() -> None:  # while round 1 is answered, the late failures join the bug
+        for nodeid in LATE:
+            overlap.failed(failure(root, nodeid))
+        (unit,) = overlap.units.values()
+        deadline = time.monotonic() + 30
+        while (unit.posted is None or len(unit.posted[0].nodeids) < 4) and (
+                time.monotonic() < deadline):
+            time.sleep(0.01)
+
+    fixer = Shows(join, PARTIAL, WHOLE)
+    overlap, inputs = overlap_of(root, runner, fixer, overlaps)
+    for nodeid in EARLY:
+        overlap.failed(failure(root, nodeid))
+    wait(runner.poisoned)  # round 2's winner was verified
+    everything = tuple(failure(root, n) for n in EARLY + LATE)
+    report = run_healing(replace(inputs, failures=everything), Stages(fixer=fixer),
+                         head=overlap)
+
+    (bug,) = report.bugs
+    assert bug.result.status == "healed" and bug.result.reason == "healed in round 2"
+    first, second = fixer.shown
+    assert not set(LATE) & set(first) and second == EARLY + LATE  # shown from round 2
+    assert bug.result.rounds[0].outcome.startswith("2 of 4 failing tests still fail")
 
 
 def test_failures_that_arrive_later_are_checked_without_rerunning_the_others(
@@ -317,3 +363,139 @@ def test_with_overlap_under_xdist_the_outcomes_stay_and_the_bugs_heal(
     monkeypatch.setenv("KFX_WAIT", "120")
     report, _ = session(project, "-p", "xdist", "-n", "2")
     assert report["overlap"]["bugs"] >= 1
+
+
+# -- a failure that joins a bug while it heals shows the rest of the fault ------------------
+
+#: Two paths of one kernel, each with its own fault; a launch runs one, so a test of the
+#: first path is shown ``_low`` alone (the module is long enough to be shown focused).
+TWO_PATHS = '''"""Scale a vector by two, on one of two paths."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _low(x):
+    return x + 1.0  # low path
+
+
+@triton.jit
+def _high(x):
+    return x - 1.0  # high path
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, MODE: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    if MODE == 0:
+        y = _low(x)
+    else:
+        y = _high(x)
+    tl.store(out_ptr + offsets, y, mask=mask)
+
+
+def scale(x: torch.Tensor, mode: int) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    scale_kernel[(triton.cdiv(n, 256),)](x, out, n, MODE=mode, BLOCK=256)
+    return out
+''' + "".join(f'''
+
+def unrelated_{i:02d}(values):
+    """A helper no test reaches."""
+    total = 0
+    for value in values:
+        total += value * {i}
+    return total
+''' for i in range(30))
+
+#: The low path's test fails first; the high path's, only once the heal asked round 1.
+TWO_PATH_TESTS = '''import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.ops import scale
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.kernel
+def test_low() -> None:
+    x = torch.arange(300, dtype=torch.float32)
+    torch.testing.assert_close(scale(x, 0), x * 2.0)
+
+
+def test_waits_for_round_1() -> None:
+    deadline = time.monotonic() + float(os.environ.get("KFX_WAIT", "0"))
+    while not (ROOT / "asked").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.mark.kernel
+def test_high() -> None:
+    (ROOT / "ran-high").write_text("")
+    x = torch.arange(300, dtype=torch.float32)
+    torch.testing.assert_close(scale(x, 1), x * 2.0)
+'''
+
+#: Answers each fault whose line the prompt shows (as the historic benchmark's oracle
+#: does); round 1 is answered once the high path's test failed, so that round 1's
+#: candidate is verified on it.
+SHOWN_ONLY = '''import json
+import time
+from pathlib import Path
+
+from pytest_kernelfix.fixers.prompting import render_messages
+
+ROOT = Path(__file__).parent
+FAULTS = [("    return x + 1.0  # low path\\n", "    return x * 2.0  # low path\\n"),
+          ("    return x - 1.0  # high path\\n", "    return x * 2.0  # high path\\n")]
+
+
+def pytest_kernelfix_propose(request, config):
+    if request.round == 1:
+        (ROOT / "asked").write_text("")
+        deadline = time.monotonic() + 120
+        while not (ROOT / "ran-high").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2)  # the helper groups it with the bug under way
+    shown = "\\n".join(message["content"] for message in render_messages(request))
+    text = {source.path: source.text for source in request.files}.get("kernels/ops.py", "")
+    edits = [{"file": "kernels/ops.py", "old_string": old, "new_string": new,
+              "reason": "the fault shown"}
+             for old, new in FAULTS if old in text and old.strip() in shown]
+    with (ROOT / "asked.jsonl").open("a") as log:
+        log.write(json.dumps({"round": request.round, "edits": len(edits)}) + "\\n")
+    return json.dumps({"analysis": "what the prompt shows", "modifications": edits})
+'''
+
+
+def test_a_failure_that_joins_a_bug_while_it_heals_is_shown_and_heals_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first failing test does not show the faulty definition of the second path; the
+    test that joins the bug during round 1 does, and round 2 shows it (the defaults:
+    overlap on)."""
+    write_project(pytester.path, passing=False)
+    (pytester.path / "kernels" / "ops.py").write_text(TWO_PATHS)
+    (pytester.path / "tests" / "test_scale.py").write_text(TWO_PATH_TESTS)
+    pytester.makeconftest(SHOWN_ONLY)
+    monkeypatch.setenv("KFX_WAIT", "120")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--kernelfix", "--kernelfix-rounds=3",
+        timeout=600)
+    result.assert_outcomes(failed=2, passed=1)
+    report = json.loads((pytester.path / ".kernelfix" / "report.json").read_text())
+    (bug,) = report["bugs"]
+    assert (bug["status"], bug["rounds"]) == ("healed", 2), bug["reason"]
+    calls = (pytester.path / "asked.jsonl").read_text().splitlines()
+    asked = [json.loads(line) for line in calls]
+    assert [(call["round"], call["edits"]) for call in asked] == [(1, 1), (2, 1)]
+    assert report["overlap"]["bugs"] == 1

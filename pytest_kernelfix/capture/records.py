@@ -14,12 +14,12 @@ import fnmatch
 import functools
 import hashlib
 import os
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix import kernels
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.config import SELECT_WORDS
@@ -134,10 +134,6 @@ def launched_project_kernel(launches: Iterable[KernelLaunch], project: Project) 
                for launch in launches)
 
 
-#: A ``@triton.jit`` (or ``@jit``, ``@triton.autotune``, ``@triton.heuristics``) line.
-_KERNEL_DECORATOR = re.compile(rb"^[ \t]*@(?:triton\.)?(?:jit|autotune|heuristics)\b", re.M)
-
-
 def reached_project_kernel(launches: Iterable[KernelLaunch], frames: Iterable[Frame],
                            project: Project) -> bool:
     """What ``launched`` selects: the test launched a Triton kernel of the project, or its
@@ -149,7 +145,8 @@ def reached_project_kernel(launches: Iterable[KernelLaunch], frames: Iterable[Fr
 
 
 def defines_kernel(path: str) -> bool:
-    """Whether the Python file ``path`` defines a Triton kernel (a decorated line)."""
+    """Whether the Python file ``path`` defines a Triton kernel
+    (:func:`pytest_kernelfix.kernels.defines_kernel`; read once per version of the file)."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -160,7 +157,7 @@ def defines_kernel(path: str) -> bool:
 @functools.lru_cache(maxsize=512)
 def _defines_kernel(path: str, mtime_ns: int, size: int) -> bool:
     try:
-        return _KERNEL_DECORATOR.search(Path(path).read_bytes()) is not None
+        return kernels.defines_kernel(Path(path).read_bytes())
     except OSError:
         return False
 

@@ -16,13 +16,14 @@ import json
 import re
 import threading
 import tokenize
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeGuard
 
 from pytest_kernelfix.capture.errors import ErrorInfo
 from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import FixerError, Proposal, ProposalRequest, Usage
+from pytest_kernelfix.kernels import Function, kernel_functions
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 
 #: Recipes cover a few mechanical bugs; the rest need a model.
@@ -241,15 +242,6 @@ def _atom(expression: str) -> str:
     return f"({stripped})"
 
 
-def jit_functions(tree: ast.AST) -> Iterator[ast.FunctionDef]:
-    """Functions decorated with ``triton.jit`` (or ``jit``, with or without arguments)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(
-            "jit" in ast.unparse(decorator) for decorator in node.decorator_list
-        ):
-            yield node
-
-
 class _Offsets:
     """Maps the ast's (line, UTF-8 byte column) positions to offsets into the text."""
 
@@ -338,7 +330,7 @@ def _power_spans(text: str) -> list[tuple[int, int, str]]:
     offsets = _Offsets(text)
     aliases = set(language_aliases(text))
     spans: list[tuple[int, int, str]] = []
-    for function in jit_functions(tree):
+    for function in kernel_functions(tree):
         for node in ast.walk(function):
             if not isinstance(node, (ast.BinOp, ast.Call)):
                 continue
@@ -388,7 +380,7 @@ def rewrite_arange_constexpr(text: str, path: str = "", context: BugContext | No
     tree = ast.parse(text)
     offsets = _Offsets(text)
     aliases = language_aliases(text)
-    functions = list(jit_functions(tree))
+    functions = list(kernel_functions(tree))
     failing = [f for f in functions if _on_traceback(f, path, context)]
     spans: list[tuple[int, int, str]] = []
     for function in failing or functions:
@@ -403,7 +395,7 @@ def rewrite_arange_constexpr(text: str, path: str = "", context: BugContext | No
     return _splice(text, spans)
 
 
-def _arange_parameters(function: ast.FunctionDef, aliases: set[str]) -> list[ast.arg]:
+def _arange_parameters(function: Function, aliases: set[str]) -> list[ast.arg]:
     parameters = {
         arg.arg: arg
         for arg in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
@@ -419,7 +411,7 @@ def _arange_parameters(function: ast.FunctionDef, aliases: set[str]) -> list[ast
     return list(used.values())
 
 
-def _on_traceback(function: ast.FunctionDef, path: str, context: BugContext | None) -> bool:
+def _on_traceback(function: Function, path: str, context: BugContext | None) -> bool:
     if context is None or not path:
         return False
     end = function.end_lineno or function.lineno

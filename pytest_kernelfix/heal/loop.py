@@ -96,6 +96,7 @@ def heal(
     tidy: Callable[[str], str] = lambda text: text,
     first: Proposal | None = None,
     resume: Resume | None = None,
+    regroup: Callable[[], BugContext] | None = None,
 ) -> HealResult:
     """Run up to ``rounds`` rounds on one bug and return how it ended.
 
@@ -104,156 +105,237 @@ def heal(
     round 1's answer when it was asked for already (a fixer that costs nothing is asked
     before the baseline rerun). ``resume`` goes on from a heal whose winner a later
     verification rejected: its rounds are kept, its last one now ends with that verdict,
-    and the next round starts from the winner with the verdict as feedback.
+    and the next round starts from the winner with the verdict as feedback. ``regroup``
+    gives the bug's context as its failing tests are known at the start of each round
+    (the tests of a bug healed while they run join it later): a new one is shown from
+    then on, with the code earlier answers asked for.
     """
-    started = clock()
-    originals = dict(originals)
-    current = dict(originals)
-    feedback = ""
-    history: list[Attempt] = []
-    records: list[RoundRecord] = []
-    usage = Usage()
-    tried: dict[str, str] = {}
-    first_prompt = 0
-    previous: tuple[object, ...] | None = None
-    masked: tuple[Mapping[str, str], str] | None = None  # (candidate, summary)
+    loop = RoundLoop(context, originals, fixer=fixer, verify=verify, guard=guard,
+                     on_round=on_round, clock=clock, resolve_need=resolve_need, tidy=tidy,
+                     regroup=regroup)
     if resume is not None:
-        current = {**current, **resume.result.final}
-        summary = tidy(resume.verdict.summary)
+        loop.resume(resume)
+    return loop.run(rounds, first)
+
+
+class RoundLoop:
+    """The rounds of one bug and what they share: the current files, the feedback and
+    history the next prompt shows, the records, the usage. Each way a round can end
+    (healed, declined, given up, the fixer failed, interrupted) is one method."""
+
+    def __init__(self, context: BugContext, originals: Mapping[str, str], *, fixer: Fixer,
+                 verify: Callable[[Mapping[str, str]], Verdict], guard: Guard | None = None,
+                 on_round: Callable[[RoundRecord], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 resolve_need: NeedResolver | None = None,
+                 tidy: Callable[[str], str] = lambda text: text,
+                 regroup: Callable[[], BugContext] | None = None) -> None:
+        self.fixer = fixer
+        self.verify = verify
+        self.guard = guard
+        self.on_round = on_round
+        self.clock = clock
+        self.resolve_need = resolve_need
+        self.tidy = tidy
+        self.regroup = regroup
+        self.started = clock()
+        self.context = context
+        self.built = context  # the context as given or regrouped, before what answers asked
+        self.needed: list[NeedAnswer] = []
+        self.originals = dict(originals)
+        self.current = dict(originals)
+        self.feedback = ""
+        self.history: list[Attempt] = []
+        self.records: list[RoundRecord] = []
+        self.usage = Usage()
+        self.tried: dict[str, str] = {}
+        self.first_prompt = 0
+        self.previous: tuple[object, ...] | None = None  # the last answer, to tell a repeat
+        self.masked: tuple[Mapping[str, str], str] | None = None  # (candidate, summary)
+
+    def resume(self, resume: Resume) -> None:
+        """Go on from a heal whose winner a later verification rejected: its rounds are
+        kept, the last one ending with that verdict; the next starts from the winner."""
+        self.current = {**self.current, **resume.result.final}
+        summary = self.tidy(resume.verdict.summary)
         won = resume.result.rounds[-1]
-        records = [*resume.result.rounds[:-1], replace(
+        self.records = [*resume.result.rounds[:-1], replace(
             won, outcome=redact(summary), notes=won.notes + tuple(
                 redact(note) for note in resume.verdict.notes),
             phases=won.phases + resume.verdict.phases)]
-        usage = resume.result.usage
-        first_prompt = resume.result.prompt_chars
-        history = [Attempt(record.round, record.outcome) for record in records]
-        tried[_digest(current)] = summary
-        feedback = tidy(resume.verdict.feedback or resume.verdict.summary)
+        self.usage = resume.result.usage
+        self.first_prompt = resume.result.prompt_chars
+        self.history = [Attempt(record.round, record.outcome) for record in self.records]
+        self.tried[_digest(self.current)] = summary
+        self.feedback = self.tidy(resume.verdict.feedback or resume.verdict.summary)
 
-    def finish(status: str, reason: str, final: Mapping[str, str] | None = None) -> HealResult:
+    # -- how a round is recorded, and how the rounds end ---------------------------------
+
+    def record(self, number: int, outcome: str, *, proposal: Proposal | None = None,
+               source: str = "", edits: Sequence[EditOutcome] = (),
+               notes: Sequence[str] = (), phases: tuple[Phase, ...] = (),
+               exchange: Exchange | None = None, shown: tuple[str, ...] = (),
+               said: bool = True) -> RoundRecord:
+        """Keep one round as reported (redacted), and say it (``on_round``) if ``said``."""
+        record = RoundRecord(
+            number,
+            proposal.source if proposal is not None else source,
+            tuple(replace(edit, error=redact(edit.error)) for edit in edits),
+            redact(outcome),
+            proposal.usage if proposal is not None else Usage(),
+            redact(proposal.raw[:_RAW_KEEP]) if proposal is not None else "",
+            tuple(redact(note) for note in notes),
+            phases,
+            exchange if exchange is not None else (
+                Exchange.of(proposal) if proposal is not None else Exchange()),
+            shown,
+        )
+        self.records.append(record)
+        if said and self.on_round is not None:
+            self.on_round(record)
+        return record
+
+    def end(self, status: str, reason: str, final: Mapping[str, str] | None = None
+            ) -> HealResult:
         return HealResult(
-            group_id=context.group_id,
+            group_id=self.context.group_id,
             status=status,
             reason=redact(reason),
-            rounds=tuple(records),
-            original=dict(originals),
+            rounds=tuple(self.records),
+            original=dict(self.originals),
             final=dict(final) if final is not None else {},
-            usage=usage,
-            seconds=clock() - started,
-            prompt_chars=first_prompt,
-            shown=records[0].shown if records else shown_definitions(context),
+            usage=self.usage,
+            seconds=self.clock() - self.started,
+            prompt_chars=self.first_prompt,
+            shown=self.records[0].shown if self.records else shown_definitions(self.context),
         )
 
-    def give_up(reason: str) -> HealResult:
+    def give_up(self, reason: str) -> HealResult:
         """Unhealed, unless an earlier round's candidate passed by masking the output:
         then that candidate is what the bug ends with, kept for review."""
-        if masked is None:
-            return finish(UNHEALED, reason)
-        return finish(MASKED, f"{reason}; the only candidate that made the tests pass masks "
-                              f"the kernel's output ({masked[1]}): kept for review", masked[0])
+        if self.masked is None:
+            return self.end(UNHEALED, reason)
+        candidate, summary = self.masked
+        return self.end(MASKED, f"{reason}; the only candidate that made the tests pass "
+                                f"masks the kernel's output ({summary}): kept for review",
+                        candidate)
 
-    def interrupted(stop: KeyboardInterrupt, number: int, answered: Proposal | None
-                    ) -> HealInterrupted:
+    def fixer_failed(self, number: int, error: Exception, shown: tuple[str, ...]
+                     ) -> HealResult:
+        """A fixer or a hook that fails ends this bug, not the run."""
+        source = getattr(error, "source", "") or getattr(self.fixer, "name", "")
+        why = str(error) if isinstance(error, FixerError) else (
+            f"the fixer failed: {type(error).__name__}: {error}")
+        self.record(number, f"no answer: {why}", source=source,
+                    exchange=Exchange.failed(error), shown=shown, said=False)
+        return self.give_up(f"round {number}: {why}")
+
+    def interrupted(self, stop: KeyboardInterrupt, number: int,
+                    answered: Proposal | None) -> HealInterrupted:
         """A Ctrl-C or SIGTERM while the fixer or the verifier worked: the rounds played,
         and an answer being tried, are kept with what they cost."""
         if isinstance(stop, HealInterrupted):
             return stop
         if answered is not None:
-            records.append(RoundRecord(number, answered.source, (),
-                                       "interrupted while its answer was being tried",
-                                       answered.usage, redact(answered.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(answered),
-                                       shown=shown_definitions(context)))
-        return HealInterrupted(finish(UNHEALED, f"interrupted in round {number}: nothing more "
-                                                "was tried"), *stop.args[:1])
+            self.record(number, "interrupted while its answer was being tried",
+                        proposal=answered, shown=shown_definitions(self.context), said=False)
+        return HealInterrupted(self.end(UNHEALED, f"interrupted in round {number}: nothing "
+                                                  "more was tried"), *stop.args[:1])
 
-    for number in range(len(records) + 1, rounds + 1):
-        shown = shown_definitions(context)  # this round's prompt: a need may add to it
-        request = ProposalRequest(
+    # -- the rounds ------------------------------------------------------------------------
+
+    def run(self, rounds: int, first: Proposal | None = None) -> HealResult:
+        """Up to ``rounds`` rounds (those a resumed heal played count); ``first`` is round
+        1's answer when it was asked for already."""
+        for number in range(len(self.records) + 1, rounds + 1):
+            self.show_joined()
+            shown = shown_definitions(self.context)  # this round's: a need may add to it
+            try:
+                proposal = first if number == 1 and first is not None else (
+                    self.fixer.propose(self.request(number)))
+            except Exception as error:
+                return self.fixer_failed(number, error, shown)
+            except KeyboardInterrupt as stop:
+                raise self.interrupted(stop, number, None) from None
+            ended = self.answered(number, proposal, shown, last=number == rounds)
+            if ended is not None:
+                return ended
+        last = self.records[-1].outcome if self.records else "no rounds ran"
+        return self.give_up(f"not healed after {rounds} round(s); last: {last}")
+
+    def show_joined(self) -> None:
+        """The context from now on, when failing tests joined the bug since the last
+        round, with the code earlier answers asked for."""
+        fresh = self.regroup() if self.regroup is not None else self.built
+        if fresh is not self.built:
+            self.built = self.context = fresh
+            for answer in self.needed:
+                self.context = _with_need(self.context, answer)
+
+    def request(self, number: int) -> ProposalRequest:
+        context, current = self.context, self.current
+        return ProposalRequest(
             context=context,
             round=number,
             files=tuple(context.view(path, redact(text)) for path, text in current.items()),
-            cumulative_diff=redact(cumulative_diff(originals, current)),
-            feedback=redact(feedback),
-            history=tuple(history),
+            cumulative_diff=redact(cumulative_diff(self.originals, current)),
+            feedback=redact(self.feedback),
+            history=tuple(self.history),
         )
-        try:
-            proposal = first if number == 1 and first is not None else fixer.propose(request)
-        except Exception as error:  # a fixer or a hook that fails ends this bug, not the run
-            source = getattr(error, "source", "") or getattr(fixer, "name", "")
-            why = str(error) if isinstance(error, FixerError) else (
-                f"the fixer failed: {type(error).__name__}: {error}")
-            records.append(RoundRecord(number, source, (), redact(f"no answer: {why}"),
-                                       exchange=Exchange.failed(error), shown=shown))
-            return give_up(f"round {number}: {why}")
-        except KeyboardInterrupt as stop:
-            raise interrupted(stop, number, None) from None
-        usage = usage + proposal.usage
+
+    def answered(self, number: int, proposal: Proposal, shown: tuple[str, ...], *,
+                 last: bool) -> HealResult | None:
+        """One round after its answer arrived: how the bug ended, or None to go on."""
+        self.usage = self.usage + proposal.usage
         if number == 1:
-            first_prompt = proposal.usage.prompt_chars
+            self.first_prompt = proposal.usage.prompt_chars
         key = _same_answer(proposal)
-        if key == previous and number < rounds:  # in the last round it ends the bug anyway
-            stopped = f"the same answer as round {number - 1}: stopped"
-            records.append(RoundRecord(number, proposal.source, (), stopped, proposal.usage,
-                                       redact(proposal.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(proposal), shown=shown))
-            if on_round is not None:
-                on_round(records[-1])
-            last = records[-2].outcome if len(records) > 1 else ""
-            return give_up(f"the model gave the same answer twice in a row (rounds "
-                           f"{number - 1} and {number}); last: {last}")
-        previous = key
+        if key == self.previous and not last:  # in the last round it ends the bug anyway
+            before = self.records[-1].outcome if self.records else ""
+            self.record(number, f"the same answer as round {number - 1}: stopped",
+                        proposal=proposal, shown=shown)
+            return self.give_up(f"the model gave the same answer twice in a row (rounds "
+                                f"{number - 1} and {number}); last: {before}")
+        self.previous = key
         if proposal.not_a_kernel_bug and not proposal.modifications:
             reason = " ".join(proposal.not_a_kernel_bug.split())[:_ANALYSIS_KEEP]
-            records.append(RoundRecord(number, proposal.source, (),
-                                       redact(f"not a kernel bug: {reason}"), proposal.usage,
-                                       redact(proposal.raw[:_RAW_KEEP]),
-                                       exchange=Exchange.of(proposal), shown=shown))
-            if on_round is not None:
-                on_round(records[-1])
-            return finish(DECLINED, f"the model says this is not a kernel bug: {reason}")
+            self.record(number, f"not a kernel bug: {reason}", proposal=proposal, shown=shown)
+            return self.end(DECLINED, f"the model says this is not a kernel bug: {reason}")
         try:
-            outcome, feedback, accepted = _play_round(proposal, current, originals, tried,
-                                                      verify, guard, tidy)
+            outcome, self.feedback, accepted = _play_round(
+                proposal, self.current, self.originals, self.tried, self.verify, self.guard,
+                self.tidy)
         except KeyboardInterrupt as stop:
-            raise interrupted(stop, number, proposal) from None
-        if proposal.need and resolve_need is not None:
-            answer = resolve_need(proposal.need, current, context.focus)
-            context = _with_need(context, answer)
-            for path, text in answer.files.items():
-                originals.setdefault(path, text)
-                current.setdefault(path, text)
-            feedback = _join(feedback, answer.describe())
-        elif proposal.need:
-            feedback = _join(feedback, "Requests for more code cannot be served here.")
-        records.append(
-            RoundRecord(
-                number,
-                proposal.source,
-                tuple(replace(e, error=redact(e.error)) for e in outcome.edits),
-                redact(outcome.summary),
-                proposal.usage,
-                redact(proposal.raw[:_RAW_KEEP]),
-                tuple(redact(note) for note in outcome.notes),
-                outcome.phases,
-                Exchange.of(proposal),
-                shown,
-            )
-        )
-        if on_round is not None:
-            on_round(records[-1])
-        history.append(Attempt(number, redact(outcome.summary), redact(outcome.diff)))
+            raise self.interrupted(stop, number, proposal) from None
+        self.serve_need(proposal)
+        self.record(number, outcome.summary, proposal=proposal, edits=outcome.edits,
+                    notes=outcome.notes, phases=outcome.phases, shown=shown)
+        self.history.append(Attempt(number, redact(outcome.summary), redact(outcome.diff)))
         if accepted is not None:
-            current = {**current, **accepted}
+            self.current = {**self.current, **accepted}
         if outcome.ok:
-            return finish(HEALED, f"healed in round {number}", current)
+            return self.end(HEALED, f"healed in round {number}", self.current)
         if outcome.kind == UNCERTIFIABLE:  # no candidate can be told from a cheat
-            return finish(SKIPPED, outcome.summary)
+            return self.end(SKIPPED, outcome.summary)
         if outcome.kind == VerdictKind.MASKED and outcome.candidate is not None:
-            masked = (outcome.candidate, f"round {number}: {outcome.summary}")
-    last = records[-1].outcome if records else "no rounds ran"
-    return give_up(f"not healed after {rounds} round(s); last: {last}")
+            self.masked = (outcome.candidate, f"round {number}: {outcome.summary}")
+        return None
+
+    def serve_need(self, proposal: Proposal) -> None:
+        """An answer's request for more code: shown from the next round on."""
+        if not proposal.need:
+            return
+        if self.resolve_need is None:
+            self.feedback = _join(self.feedback, "Requests for more code cannot be served "
+                                                 "here.")
+            return
+        answer = self.resolve_need(proposal.need, self.current, self.context.focus)
+        self.context = _with_need(self.context, answer)
+        self.needed.append(answer)
+        for path, text in answer.files.items():
+            self.originals.setdefault(path, text)
+            self.current.setdefault(path, text)
+        self.feedback = _join(self.feedback, answer.describe())
 
 
 @dataclass(frozen=True)

@@ -166,14 +166,20 @@ def _show(root: Path, rev: str, rel: str) -> str | None:
 
 @dataclass(frozen=True)
 class Changes:
-    """Where each failing test's change comes from in this session: the git change
-    (``git``; ``first``: the CI's base or an explicit REF, which come before the last
-    green state) and the last-green record (``green``)."""
+    """Where each failing test's change comes from in this session, read once when it
+    starts: the git change (``git``; ``first``: the CI's base or an explicit REF, which
+    come before the last green state) and the last-green record (``green``).
+
+    ``notes`` are the lines for the user found while reading (a base that was wanted and
+    is missing, what could not be compared); ``unbased`` is the line for failing tests
+    that have no base at all (no git, no record of a run in which they passed)."""
 
     git: Change | None = None
     first: bool = False
     green: GreenStore | None = None
     skip: tuple[Path, ...] = ()
+    notes: tuple[str, ...] = ()
+    unbased: str = ""
 
     def for_test(self, nodeid: str, project: Project) -> Change | None:
         """The change a failure of ``nodeid`` is compared with, or None."""
@@ -185,39 +191,37 @@ class Changes:
                 return green
         return self.git
 
+    def said(self, nodeids: Sequence[str]) -> tuple[str, ...]:
+        """The lines to tell the user about the failures ``nodeids``."""
+        if self.unbased and not (self.green is not None and any(
+                self.green.state(nodeid) for nodeid in nodeids)):
+            return (*self.notes, self.unbased)
+        return self.notes
+
+    def waits(self, project: Project) -> str:
+        """The base a failure of this session will be compared with, when there is a
+        change since it to bisect ("" when none): healing while the tests run gives way
+        to the experiment, which needs the change."""
+        if self.git is not None and self.git.source_hunks:
+            return self.git.base
+        if self.green is not None and self.green.differs(project, self.skip):
+            return "the last green run"
+        return ""
+
 
 def resolve_changes(requested: str, project: Project, environ: Mapping[str, str], *,
-                    green: Path | None = None, skip: Iterable[Path] = (),
-                    nodeids: Sequence[str] = ()) -> tuple[Changes, tuple[str, ...]]:
-    """The session's :class:`Changes` and the lines to tell the user (a base that was
-    wanted and is missing, what could not be compared)."""
+                    green: Path | None = None, skip: Iterable[Path] = ()) -> Changes:
+    """The session's :class:`Changes`: git is read here, once per session."""
     if requested == NONE:
-        return Changes(), ()
+        return Changes()
     base, why = find_git_base(requested, project.root, environ)
     change = git_change(base, project) if base is not None else None
     store = GreenStore(green) if green is not None and requested == AUTO else None
     notes = [why] if why else []
     notes += list(change.notes) if change is not None else []
-    if requested == AUTO and base is None and not why and not in_git(project.root) and not (
-            store is not None and any(store.state(nodeid) for nodeid in nodeids)):
-        notes.append(f"no base to compare the failing tests with: {project.root} is not in a "
-                     "git repository and no run recorded in which they passed; healing "
-                     "goes on without one")
-    changes = Changes(change, bool(base and base.ci), store, tuple(skip))
-    return changes, tuple(notes)
-
-
-def change_waits(requested: str, project: Project, environ: Mapping[str, str], *,
-                 green: Path | None = None, skip: Iterable[Path] = ()) -> str:
-    """The base a failure of this session will be compared with, when there is a change
-    since it to bisect ("" when none): healing while the tests run gives way to the
-    experiment, which needs the change."""
-    if requested == NONE:
-        return ""
-    base, _ = find_git_base(requested, project.root, environ)
-    change = git_change(base, project) if base is not None else None
-    if change is not None and change.source_hunks:
-        return change.base
-    if requested == AUTO and green is not None and GreenStore(green).differs(project, skip):
-        return "the last green run"
-    return ""
+    unbased = ""
+    if requested == AUTO and base is None and not why and not in_git(project.root):
+        unbased = (f"no base to compare the failing tests with: {project.root} is not in a "
+                   "git repository and no run recorded in which they passed; healing "
+                   "goes on without one")
+    return Changes(change, bool(base and base.ci), store, tuple(skip), tuple(notes), unbased)

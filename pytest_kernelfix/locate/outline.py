@@ -2,11 +2,12 @@
 
 Everything later stages need from a Python file, read once from its syntax tree: each
 top-level function, class, method and constant with its line span (decorators
-included) and a one-line outline, whether it is a ``@triton.jit`` function, which
-dotted names it reads and calls, which kernels it launches (``kernel[grid](...)``) and
-which calls compute what those launches receive (and size them), under which constexpr
-conditions a jit function uses what (:mod:`~pytest_kernelfix.locate.branches`), and the
-module's imports. Pure functions over text; :func:`parse_module` caches by content.
+included) and a one-line outline, whether it is a Triton kernel
+(:mod:`~pytest_kernelfix.kernels`), which dotted names it reads and calls, which kernels
+it launches (``kernel[grid](...)``) and which calls compute what those launches receive
+(and size them), under which constexpr conditions a jit function uses what
+(:mod:`~pytest_kernelfix.locate.branches`), and the module's imports. Pure functions over
+text; :func:`parse_module` caches by content.
 """
 
 from __future__ import annotations
@@ -14,46 +15,13 @@ from __future__ import annotations
 import ast
 import functools
 import textwrap
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from pytest_kernelfix.kernels import Import, bindings, import_aliases, is_kernel
 from pytest_kernelfix.locate.branches import Branching, Use
 
-#: Decorators that make a function a Triton kernel or helper (the last dotted part).
-JIT_DECORATORS = frozenset({"jit", "autotune", "heuristics"})
 _HEADER_CHARS = 110
-
-
-@dataclass(frozen=True)
-class Import:
-    """``module`` (dotted, relative to the file when ``level`` > 0) and the imported
-    ``name`` (``""`` for ``import module``)."""
-
-    module: str
-    name: str = ""
-    level: int = 0
-
-    @property
-    def dotted(self) -> str:
-        """``module.name`` (``module`` for ``import module``)."""
-        return f"{self.module}.{self.name}" if self.name else self.module
-
-    @property
-    def absolute(self) -> bool:
-        return bool(self.module) and not self.level
-
-
-def bindings(node: ast.AST) -> list[tuple[str, Import]]:
-    """(local name, what it names) for each name an import statement binds: ``import a.b``
-    binds ``a``; other statements and ``from x import *`` bind none."""
-    if isinstance(node, ast.Import):
-        return [(alias.asname, Import(alias.name)) if alias.asname
-                else (alias.name.split(".")[0], Import(alias.name.split(".")[0]))
-                for alias in node.names]
-    if isinstance(node, ast.ImportFrom):
-        return [(alias.asname or alias.name, Import(node.module or "", alias.name, node.level))
-                for alias in node.names if alias.name != "*"]
-    return []
 
 
 @dataclass(frozen=True)
@@ -139,14 +107,6 @@ def dotted(node: ast.AST) -> str:
         return ""
     parts.append(node.id)
     return ".".join(reversed(parts))
-
-
-def _is_jit(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    for decorator in node.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if dotted(target).rpartition(".")[2] in JIT_DECORATORS:
-            return True
-    return False
 
 
 def _short(text: str) -> str:
@@ -356,7 +316,7 @@ def _docstring(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> t
 
 
 def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind: str,
-              start: int, lines: list[str]) -> Definition:
+              start: int, lines: list[str], aliases: Mapping[str, Import]) -> Definition:
     """One walk over the function collects its names, calls, launches and bindings."""
     names: list[str] = []
     calls: list[str] = []
@@ -380,7 +340,7 @@ def _function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, kind:
                     assignments.append(bound)
     launched, feeds, sizes = _launch_flow(launches, assignments)
     prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
-    jit = _is_jit(node)
+    jit = is_kernel(node, aliases)
     decorated = "@triton.jit " if jit else ""
     header = _short(f"{decorated}{prefix} {node.name}({ast.unparse(node.args)})")
     return Definition(
@@ -427,12 +387,14 @@ def parse_module(text: str) -> ModuleIndex:
     except (SyntaxError, ValueError) as error:
         return ModuleIndex(error=f"{type(error).__name__}: {error}")
     lines = text.splitlines()
+    aliases = import_aliases(tree)
     definitions: list[Definition] = []
     imports: list[tuple[str, Import]] = []
     import_lines: list[int] = []
     for node in _containers(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            definitions.append(_function(node, node.name, "function", _start(node), lines))
+            definitions.append(_function(node, node.name, "function", _start(node), lines,
+                                         aliases))
         elif isinstance(node, ast.ClassDef):
             bases = ", ".join(ast.unparse(base) for base in node.bases)
             header = _short(f"class {node.name}({bases})" if bases else f"class {node.name}")
@@ -444,7 +406,7 @@ def parse_module(text: str) -> ModuleIndex:
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     definitions.append(_function(item, f"{node.name}.{item.name}", "method",
-                                                 _start(item), lines))
+                                                 _start(item), lines, aliases))
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]

@@ -50,6 +50,7 @@ from pytest_kernelfix.capture.records import (
 )
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.device import is_xdist_controller
+from pytest_kernelfix.locate.base import Changes, resolve_changes
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, install_sigterm, shielded
 
@@ -189,6 +190,7 @@ class HealingController:
         self._running = True  # the test run goes on: lines wait for the main thread
         self._write_lock = threading.Lock()
         self.cancel = Cancel()  # set by the first Ctrl-C or SIGTERM
+        self.changes = Changes()  # the change since the base, read at the session's start
         self._uninstall: Callable[[], None] = lambda: None
 
     @functools.cached_property  # a helper started early sets it to its own
@@ -200,11 +202,13 @@ class HealingController:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """From here on the first SIGTERM (CI cancelling the job) ends the session as
-        Ctrl-C does: the report is written and the temporary directories go. With overlap
-        on, the healing helper (started before the conftest files where it could be, else
-        now, with its warm server) learns what the session knows now, so that the first
-        failure's heal waits for no import."""
+        Ctrl-C does: the report is written and the temporary directories go. The change
+        since the base is read here, once per session. With overlap on, the healing
+        helper (started before the conftest files where it could be, else now, with its
+        warm server) learns what the session knows now, so that the first failure's heal
+        waits for no import."""
         self._uninstall = install_sigterm(self.cancel)
+        self.changes = self._read_changes()
         if not self.settings.overlap or self._bisect_first():
             return
         from pytest_kernelfix.plugin import helper_key
@@ -216,23 +220,31 @@ class HealingController:
                 started = helper.Helper(helper.Start(self.settings, self.project, self.setup))
             else:
                 self.setup = started.start.setup  # the environment its server started with
-            started.begin(helper.Session(test_processes(self.config), hooked(self.config)),
+            started.begin(helper.Session(test_processes(self.config), hooked(self.config),
+                                         self.changes),
                           ask=hook_asker(self.config), progress=self._progress)
             self._helper = started
         except Exception as error:  # the end of the session heals in this process
             self.notes.append(f"healing could not begin while the tests ran: "
                               f"{type(error).__name__}: {error}")
 
+    def _read_changes(self) -> Changes:
+        """The change since the base (``--kernelfix-base``): git is read here only."""
+        try:
+            return resolve_changes(self.settings.base, self.project, os.environ,
+                                   green=self.green,
+                                   skip=(self.settings.report_dir, self.settings.cache_root))
+        except Exception as error:  # healing goes on without a base, and says why
+            return Changes(notes=(f"the change since the base could not be read: "
+                                  f"{type(error).__name__}: {error}; healing goes on "
+                                  "without a base",))
+
     def _bisect_first(self) -> bool:
         """With a change since a base, healing waits for the end of the run: the
-        experiment that finds the change's culprit lines runs before the fixer is asked
-        (locate/base.change_waits), and an early heal would go without it."""
-        from pytest_kernelfix.locate.base import change_waits
-
+        experiment that finds the change's culprit lines runs before the fixer is asked,
+        and an early heal would go without it."""
         try:
-            base = change_waits(self.settings.base, self.project, os.environ,
-                                green=self.green,
-                                skip=(self.settings.report_dir, self.settings.cache_root))
+            base = self.changes.waits(self.project)
         except Exception:  # no base to tell: heal while the tests run
             return False
         if base:
@@ -412,7 +424,7 @@ class HealingController:
             project=self.project,
             notes=tuple(self.notes),
             unselected=tuple(self.unselected),
-            green=self.green,
+            changes=self.changes,
         )
 
     def heal(self) -> SessionReport:

@@ -49,6 +49,7 @@ from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, interrupt_name
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import ProposalRequest
+    from pytest_kernelfix.locate.base import Changes
     from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.session.pipeline import SessionInputs
 
@@ -70,12 +71,13 @@ class Start:
 
 @dataclass(frozen=True)
 class Session:
-    """What is known once the session starts: how many processes run the tests, and
+    """What is known once the session starts: how many processes run the tests,
     whether a ``pytest_kernelfix_propose`` hook is implemented (the test process answers
-    it)."""
+    it), and the change since the base (read there, once)."""
 
     test_processes: int
     hooked: bool
+    changes: Changes | None = None
 
 
 def early(config: Any, namespace: Any, device: str) -> Helper | None:
@@ -133,7 +135,7 @@ class Helper:
                     [sys.executable, "-c", BOOTSTRAP, str(theirs_in), str(theirs_out)],
                     pass_fds=(theirs_in, theirs_out), stdin=subprocess.DEVNULL,
                     stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                    env=dict(start.setup.base_env or os.environ))
+                    env=self._env(start))
         except OSError:
             for fd in (ours_in, theirs_out, theirs_in, ours_out):
                 os.close(fd)
@@ -145,6 +147,14 @@ class Helper:
         self.outbox = Connection(ours_out, readable=False)
         self.send(("start", start))
         self.reader: threading.Thread | None = None
+
+    def _env(self, start: Start) -> dict[str, str]:
+        """The helper's environment, its temporary files (rerun servers, sandboxes) kept
+        in this helper's own folder: a helper killed for not stopping in time leaves
+        nothing behind that :meth:`close` does not remove."""
+        temp = self.work / "tmp"
+        temp.mkdir()
+        return {**(start.setup.base_env or os.environ), "TMPDIR": str(temp)}
 
     def begin(self, session: Session, *, ask: Callable[[ProposalRequest], Any],
               progress: Callable[[str], None]) -> None:
@@ -328,7 +338,7 @@ class Healer:
                               setup=start.setup,
                               stages=lambda: self.stages(start, session, reruns),
                               test_processes=session.test_processes, progress=self.line,
-                              cancel=self.cancel)
+                              cancel=self.cancel, changes=session.changes)
             finishing: threading.Thread | None = None
             while True:
                 try:

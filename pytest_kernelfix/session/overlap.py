@@ -48,8 +48,8 @@ from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.fixers.base import Fixer, FixerError, Proposal, ProposalRequest
 from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
-from pytest_kernelfix.heal.loop import Resume
-from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, HealResult, RoundRecord, Verdict
+from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED, HealResult
+from pytest_kernelfix.locate.base import Changes
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
@@ -69,6 +69,7 @@ from pytest_kernelfix.session.pipeline import (
     sandbox_exclude,
 )
 from pytest_kernelfix.session.schedule import cpu_count, visible_gpus, worker_count
+from pytest_kernelfix.verify.sample import representative
 from pytest_kernelfix.verify.verifier import Child, Opener, Runner, Verifier
 
 #: Seconds between two regroupings of the failures while they arrive.
@@ -120,12 +121,19 @@ class _Unit:
             self.final = self.final or final
             self.cond.notify_all()
 
+    def latest(self) -> BugGroup:
+        """Its bug as known now (failing tests may have joined it since it was taken)."""
+        with self.cond:
+            return self.posted[0] if self.posted is not None else self.group
+
     def take(self) -> tuple[tuple[BugGroup, tuple[str, ...]] | None, bool]:
         """The growth not checked yet (waits for some, or for the end), and whether it
-        is the last."""
+        is the last; nothing, and the end, once its heal was dropped."""
         with self.cond:
             while self.posted is None and not self.final:
                 self.cond.wait()
+            if self.cancelled:
+                return None, True
             posted, self.posted = self.posted, None
             if posted is not None:
                 self.group, self.regression = posted
@@ -204,9 +212,10 @@ class Overlap:
     def __init__(self, *, settings: Settings, project: Project, setup: RerunSetup,
                  stages: Callable[[], Stages], test_processes: int = 1,
                  progress: Callable[[str], None] = lambda line: None,
-                 cancel: Cancel | None = None) -> None:
+                 cancel: Cancel | None = None, changes: Changes | None = None) -> None:
         self.cancel = cancel if cancel is not None else Cancel()
         self.settings = settings
+        self.changes = changes if changes is not None else Changes()
         self.project = project
         self.reach = Reach(project)
         self.budget = Budget(settings.max_cost, settings.max_tokens)
@@ -379,14 +388,10 @@ class Overlap:
             self.progress(f"healing {unit.group.id} while the tests run "
                           f"({len(unit.group.nodeids)} test(s) so far; "
                           f"{', '.join(unit.group.editable)})")
-            result = heal_bug(unit.group, inputs, sandbox, stages, self.reach,
-                              verifier=verifier, ask_first=self.wait_for_gpu or None)
-            while not unit.cancelled:
-                posted, final = unit.take()
-                if posted is not None and result.status == HEALED and not unit.cancelled:
-                    result = self._check(unit, result, posted, sandbox, stages, verifier)
-                if final:
-                    break
+            change = self.changes.for_test(representative(unit.group), self.project)
+            result = heal_bug(unit.group, inputs, sandbox, stages, self.reach, change=change,
+                              exclude=self.exclude, verifier=verifier,
+                              ask_first=self.wait_for_gpu or None, tests=unit)
             unit.result = result
             self._say(unit, f"{result.status}: {result.reason}")
         except KeyboardInterrupt as stop:  # the session was interrupted: what is healed stays
@@ -402,24 +407,6 @@ class Overlap:
             if sandbox is not None:
                 sandbox.close()
             unit.done.set()
-
-    def _check(self, unit: _Unit, result: HealResult,
-               posted: tuple[BugGroup, tuple[str, ...]], sandbox: Sandbox, stages: Stages,
-               verifier: Verifier) -> HealResult:
-        """The winner on the bug's grown set of tests (only the new ones rerun); when it
-        fails one, the heal goes on from it, its last round rejected."""
-        group, regression = posted
-        if verifier.covers(group.nodeids, regression):  # its winner was verified on them
-            return result
-        self._say(unit, f"checking the patch on {len(group.nodeids)} failing and "
-                        f"{len(regression)} regression test(s) known now")
-        verifier.extend(group, regression)
-        verdict = verifier(result.final)  # its child lives on for the next check
-        if verdict.ok:
-            return still_healed(result, verdict)
-        self._say(unit, f"the patch fails tests known now: {verdict.summary}")
-        return heal_bug(group, self._inputs(), sandbox, stages, self.reach,
-                        verifier=verifier, resume=Resume(result, verdict))
 
     # -- the session's end -------------------------------------------------------------
 
@@ -473,12 +460,3 @@ class Overlap:
             if unit.thread is not None:
                 unit.thread.join(max(0.0, deadline - time.monotonic()))
 
-
-def still_healed(result: HealResult, verdict: Verdict) -> HealResult:
-    """``result`` with its winner's check on the grown set of tests added to its last
-    round (whose outcome now counts every test)."""
-    if not result.rounds:
-        return result
-    last: RoundRecord = result.rounds[-1]
-    checked = replace(last, outcome=verdict.summary, phases=last.phases + verdict.phases)
-    return replace(result, rounds=(*result.rounds[:-1], checked))

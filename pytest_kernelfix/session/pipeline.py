@@ -40,8 +40,9 @@ from pytest_kernelfix.heal.outcomes import (
     HealResult,
     Phase,
     RoundRecord,
+    Verdict,
 )
-from pytest_kernelfix.locate.base import Changes, resolve_changes
+from pytest_kernelfix.locate.base import Changes
 from pytest_kernelfix.locate.change import (
     NOT_REGRESSION,
     REGRESSION,
@@ -89,8 +90,9 @@ class SessionInputs:
     """What the test run left for healing, and how reruns must be made.
 
     ``notes`` are the session's own remarks, written into ``report.json`` and
-    ``report.md`` as well as shown on the terminal. ``green`` is the folder of the
-    last-green record (:mod:`pytest_kernelfix.locate.green`), None without one.
+    ``report.md`` as well as shown on the terminal. ``changes``: the change since the
+    base each failing test is compared with (:mod:`pytest_kernelfix.locate.base`), read
+    once when the session started.
     """
 
     failures: tuple[Failure, ...]
@@ -100,7 +102,7 @@ class SessionInputs:
     project: Project
     notes: tuple[str, ...] = field(default_factory=tuple)
     unselected: tuple[Unselected, ...] = ()
-    green: Path | None = None
+    changes: Changes = field(default_factory=Changes)
 
     @property
     def device(self) -> str:
@@ -243,7 +245,6 @@ class _Session:
     gpus: tuple[str, ...]
     reach: Reach
     budget: Budget
-    changes: Changes = field(default_factory=Changes)
     results: dict[int, HealResult] = field(default_factory=dict)
     reruns: dict[int, RerunStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -315,7 +316,7 @@ class _Session:
                 try:
                     sandbox = sandbox or Sandbox.create(inputs.project.root,
                                                         exclude=self.exclude)
-                    change = self.changes.for_test(representative(group), inputs.project)
+                    change = inputs.changes.for_test(representative(group), inputs.project)
                     result = heal_bug(group, inputs, sandbox,
                                       replace(stages, runner=counted, progress=progress),
                                       self.reach, winners, claim=self.claim, change=change,
@@ -401,10 +402,7 @@ def run_healing(inputs: SessionInputs, stages: Stages, *,
             inputs = _reproduce_crashes(inputs, stages, exclude)
         except KeyboardInterrupt as stop:
             cancel.set(interrupt_name(stop))
-    changes, said = resolve_changes(
-        settings.base, project, os.environ, green=inputs.green,
-        skip=(settings.report_dir, settings.cache_root),
-        nodeids=[failure.nodeid for failure in inputs.failures])
+    said = inputs.changes.said([failure.nodeid for failure in inputs.failures])
     inputs = replace(inputs, notes=inputs.notes + said)
     groups = group_failures(inputs.failures, project, reach, inputs.passed)
     lanes = chains(groups)
@@ -415,7 +413,7 @@ def run_healing(inputs: SessionInputs, stages: Stages, *,
     inputs = replace(inputs, setup=replace(inputs.setup, jobs=jobs))
     for bug in early.values():  # a bug under way counts as one of the workers
         bug.retune(inputs.setup)
-    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget, changes)
+    session = _Session(inputs, stages, groups, exclude, workers, gpus, reach, budget)
     session.early = early
     try:
         if cancel.is_set():  # interrupted before healing began: only what heals already
@@ -542,11 +540,68 @@ def make_verifier(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stag
                     say=lambda line: stages.progress(f"  {line}"))
 
 
+class Growing(Protocol):
+    """The tests of a bug whose heal began before they were all known (healing while
+    the tests run, :mod:`pytest_kernelfix.session.overlap`)."""
+
+    def latest(self) -> BugGroup:
+        """The bug as it is known now: failing tests may have joined it since."""
+        ...
+
+    def take(self) -> tuple[tuple[BugGroup, tuple[str, ...]] | None, bool]:
+        """The failing and regression tests known since the last call, if they changed
+        (waits for a change or for the end), and whether they are the last: the final
+        group's, or none when the heal was dropped."""
+        ...
+
+
+class Shown:
+    """What the fixer is shown of one bug: its context, built once for each set of
+    failing tests the bug is known by (those of a bug healed while the tests run grow),
+    from the files its heal began with, with the notes its heal added."""
+
+    def __init__(self, group: BugGroup, build: Callable[[BugGroup], BugContext],
+                 latest: Callable[[], BugGroup] | None = None) -> None:
+        self.group = group
+        self.build = build
+        self.latest = latest
+        self.notes: tuple[str, ...] = ()
+        self._built: tuple[tuple[str, ...], BugContext] | None = None
+
+    def tests(self) -> BugGroup:
+        """The bug with the failing tests known now, its files as when its heal began."""
+        grown = self.latest() if self.latest is not None else self.group
+        if grown.nodeids == self.group.nodeids:
+            return self.group
+        return replace(self.group, failures=grown.failures, located=grown.located)
+
+    def rebuild(self, build: Callable[[BugGroup], BugContext]) -> None:
+        """Build the context this way from now on (after the experiment on a change)."""
+        self.build = build
+        self._built = None
+
+    def note(self, note: str) -> None:
+        if not note:
+            return
+        self.notes += (note,)
+        if self._built is not None:
+            nodeids, context = self._built
+            self._built = (nodeids, replace(context, notes=(*context.notes, note)))
+
+    def __call__(self) -> BugContext:
+        group = self.tests()
+        if self._built is None or self._built[0] != group.nodeids:
+            context = self.build(group)
+            self._built = (group.nodeids, replace(context, notes=(*context.notes,
+                                                                  *self.notes)))
+        return self._built[1]
+
+
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
              reach: Reach, winners: Sequence[Winner] = (),
              claim: Callable[[], str] = lambda: "", *, change: Change | None = None,
              exclude: Sequence[str] = (), verifier: Verifier | None = None,
-             resume: Resume | None = None, ask_first: bool | None = None) -> HealResult:
+             ask_first: bool | None = None, tests: Growing | None = None) -> HealResult:
     """One bug, in the given sandbox: a free fixer's first answer, the baseline and
     triage, then (when earlier bugs of its chain healed files it shares) their patches as
     a candidate, then, with a ``change`` since a base, the experiment that finds the
@@ -555,95 +610,214 @@ def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: S
 
     ``claim`` is asked before the bug heals on its own (not when an earlier patch heals
     it): it answers why not (``--kernelfix-max-groups``), or "". ``verifier`` is the
-    bug's own when the caller keeps it (healing while the tests run); with ``resume`` (a
-    heal whose winner a later check rejected) the triage is that verifier's and the round
-    loop goes on from the rejected winner. ``ask_first`` asks the fixer before the
-    baseline even when it is not free (reruns that must wait).
+    bug's own when the caller keeps it; ``ask_first`` asks the fixer before the baseline
+    even when it is not free (reruns that must wait). ``tests``: the bug's heal began
+    while its tests ran (healing while they run), and those that join it later are shown
+    from the next round on; once it healed, its winner is checked on them until they are
+    all known, and one that fails goes on to its next round (the rounds it played count).
     """
-    started = time.monotonic()
-    project = inputs.project
-    widened = with_change(group, change, project) if change is not None else group
-    try:
-        originals = read_originals(project.root, widened.editable)
-    except (OSError, ValueError) as error:
-        return _skipped(group, f"cannot read the editable source: {error}")
-    base, earlier = build_on(originals, winners)
-    over = "" if earlier else claim()
-    if over:
-        return _skipped(group, over)
-    checks = checks_for(inputs.setup.device)
-    context = build_context(group, project, device=inputs.device, checks=checks)
-    verifier = verifier or make_verifier(widened, inputs, sandbox, stages, reach)
-    checker = verifier
+    one = _OneBug(group, inputs, sandbox, stages, reach, change, exclude, tests)
+    result = one.heal(winners, claim, verifier, ask_first)
+    return one.follow(result) if tests is not None else result
 
-    def done(result: HealResult) -> HealResult:
+
+class _OneBug:
+    """The heal of one bug (:func:`heal_bug`): what its steps share."""
+
+    def __init__(self, group: BugGroup, inputs: SessionInputs, sandbox: Sandbox,
+                 stages: Stages, reach: Reach, change: Change | None,
+                 exclude: Sequence[str], tests: Growing | None) -> None:
+        self.group = group
+        self.inputs = inputs
+        self.project = inputs.project
+        self.sandbox = sandbox
+        self.stages = stages
+        self.reach = reach
+        self.change = change
+        self.exclude = exclude
+        self.tests = tests
+        self.started = time.monotonic()
+        self.widened = with_change(group, change, self.project) if change is not None else group
+        self.checks = checks_for(inputs.setup.device)
+        self.shown = Shown(group, self.plain, tests.latest if tests is not None else None)
+        self.verifier: Verifier | None = None
+        self.files: dict[str, str] = {}  # the text the rounds start from
+
+    def plain(self, group: BugGroup) -> BugContext:
+        return build_context(group, self.project, device=self.inputs.device,
+                             checks=self.checks)
+
+    def done(self, result: HealResult) -> HealResult:
         """The bug's whole time: its triage and every rerun included; a healed bug, the
         tests its patch passed."""
-        verified = checker.passing() if result.status == HEALED else ()
-        return replace(result, seconds=time.monotonic() - started, verified=verified)
+        assert self.verifier is not None
+        verified = self.verifier.passing() if result.status == HEALED else ()
+        return replace(result, seconds=time.monotonic() - self.started, verified=verified)
 
-    if resume is not None:
+    def heal(self, winners: Sequence[Winner], claim: Callable[[], str],
+             verifier: Verifier | None, ask_first: bool | None) -> HealResult:
+        group, inputs, stages, project = self.group, self.inputs, self.stages, self.project
         try:
-            result = _rounds(group, context, base, verifier, sandbox, stages, inputs, reach,
-                             None, resume)
+            originals = read_originals(project.root, self.widened.editable)
+        except (OSError, ValueError) as error:
+            return _skipped(group, f"cannot read the editable source: {error}")
+        base, earlier = build_on(originals, winners)
+        over = "" if earlier else claim()
+        if over:
+            return _skipped(group, over)
+        self.verifier = verifier = verifier or make_verifier(self.widened, inputs,
+                                                             self.sandbox, stages, self.reach)
+        first: Proposal | None = None
+        if (is_free(stages.fixer) if ask_first is None else ask_first) and not earlier and (
+                self.change is None):
+            first, why = _ask_first(_Announced(stages.fixer, stages.progress, stages.cancel),
+                                    self.shown(), base)
+            if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
+                return self.done(HealResult(group.id, UNHEALED, why))
+            if why:  # an error the interpreter raised: the baseline may say it is its own
+                try:
+                    why_not = verifier.triage(verifier.baseline(originals))
+                finally:
+                    verifier.restore()
+                return self.done(replace(_skipped(group, why_not) if why_not else HealResult(
+                    group.id, UNHEALED, why), triage=tuple(verifier.phases)))
+        try:
+            why_not = verifier.triage(verifier.baseline(originals))
+            triaged = tuple(verifier.phases)
+            if why_not:
+                return self.done(replace(_skipped(group, why_not), triage=triaged))
+            if earlier:
+                healed = _healed_by(group, verifier, base, earlier, stages,
+                                    _verified_by(originals, base, winners))
+                if healed is not None:
+                    return self.done(replace(healed, triage=triaged))
+                over = claim()
+                if over:
+                    return self.done(replace(_skipped(group, over), triage=triaged))
+            used, regression = group, None
+            if self.change is not None:
+                regression = self.experiment(triaged)
+                triaged += trial_phases(regression)
+                if regression is not None and regression.verdict == TEST_CHANGED:
+                    return self.done(HealResult(group.id, DECLINED, f"{regression.summary}: "
+                                                "nothing to heal in the kernel", triage=triaged,
+                                                regression=regression))
+                used = self.after(regression)
+            self.shown.note(test_own_failure(verifier))
+            self.files = {path: base[path] if path in base else read_originals(
+                project.root, [path])[path] for path in used.editable}
+            result = self.rounds(first)
+            return self.done(replace(result, triage=triaged, regression=regression,
+                                     revert=self.reverts(result), editable=used.editable
+                                     if used.editable != group.editable else ()))
         finally:
             verifier.restore()
-        verified = verifier.passing() if result.status == HEALED else ()
-        return replace(result, triage=resume.result.triage, verified=verified,
-                       seconds=resume.result.seconds + time.monotonic() - started)
-    first: Proposal | None = None
-    if (is_free(stages.fixer) if ask_first is None else ask_first) and not earlier and (
-            change is None):
-        first, why = _ask_first(_Announced(stages.fixer, stages.progress, stages.cancel),
-                                context, base)
-        if why and not (inputs.setup.device.interpret and raised_in_kernel(group.first)):
-            return done(HealResult(group.id, UNHEALED, why))
-        if why:  # an error the interpreter raised: the baseline may say it is its own
-            try:
-                why_not = verifier.triage(verifier.baseline(originals))
-            finally:
-                verifier.restore()
-            return done(replace(_skipped(group, why_not) if why_not else HealResult(
-                group.id, UNHEALED, why), triage=tuple(verifier.phases)))
-    try:
-        why_not = verifier.triage(verifier.baseline(originals))
-        triaged = tuple(verifier.phases)
-        if why_not:
-            return done(replace(_skipped(group, why_not), triage=triaged))
-        context = with_failure_notes(context, verifier)
-        if earlier:
-            healed = _healed_by(group, verifier, base, earlier, stages,
-                                _verified_by(originals, base, winners))
-            if healed is not None:
-                return done(replace(healed, triage=triaged))
-            over = claim()
-            if over:
-                return done(replace(_skipped(group, over), triage=triaged))
-        used, regression = group, None
-        if change is not None:
-            regression = find_culprits(
-                change, verifier.first, sandbox, RerunSpec(verifier.setup, sandbox.root, ()),
-                runner=stages.runner, project=project, exclude=exclude,
-                say=lambda line: stages.progress(f"  {line}"), jobs=verifier.setup.jobs,
-                baseline_seconds=sum(phase.seconds for phase in triaged),
-                others=[n for n in verifier.sensitive if n != verifier.first])
-            triaged += trial_phases(regression)
-            if regression is not None and regression.verdict == TEST_CHANGED:
-                return done(HealResult(group.id, DECLINED, f"{regression.summary}: nothing to "
-                                       "heal in the kernel", triage=triaged,
-                                       regression=regression))
-            used, context = change_context(group, widened, change, regression, inputs, checks)
-            context = with_failure_notes(context, verifier)
-        files = {path: base[path] if path in base else read_originals(project.root, [path])[path]
-                 for path in used.editable}
-        result = _rounds(used, context, files, verifier, sandbox, stages, inputs, reach,
-                         first)
-        revert = change is not None and result.status == HEALED and reverts_only(
-            change, result.original, result.final)
-        return done(replace(result, triage=triaged, regression=regression, revert=revert,
-                            editable=used.editable if used.editable != group.editable else ()))
-    finally:
-        verifier.restore()
+
+    def experiment(self, triaged: tuple[Phase, ...]) -> Regression | None:
+        """The hunks of the change whose revert makes the representative pass."""
+        verifier, stages, sandbox = self.verifier, self.stages, self.sandbox
+        assert verifier is not None and self.change is not None
+        return find_culprits(
+            self.change, verifier.first, sandbox, RerunSpec(verifier.setup, sandbox.root, ()),
+            runner=stages.runner, project=self.project, exclude=self.exclude,
+            say=lambda line: stages.progress(f"  {line}"), jobs=verifier.setup.jobs,
+            baseline_seconds=sum(phase.seconds for phase in triaged),
+            others=[n for n in verifier.sensitive if n != verifier.first])
+
+    def after(self, regression: Regression | None) -> BugGroup:
+        """The bug as the rounds see it after the experiment, and what they are shown:
+        with the culprit lines pinned and shown beside the base's after a regression; as
+        without a base, plus a note, when the failure is not a regression of the change;
+        with the change and what it touched when the experiment could not tell."""
+        change, project = self.change, self.project
+        assert change is not None
+        if regression is not None and regression.verdict == NOT_REGRESSION:
+            self.shown.note(f"{regression.summary}: the fault is probably older than the "
+                            "change, in the code shown here.")
+            return self.group
+        culprits = regression.culprits if regression is not None and (
+            regression.verdict == REGRESSION) else ()
+        used = with_change(self.group, change, project, culprits)
+        view = change_view(change, regression, used.editable)
+        self.shown.rebuild(lambda group: build_context(
+            with_change(group, change, project, culprits), project, device=self.inputs.device,
+            checks=self.checks, change=view))
+        return used
+
+    def reverts(self, result: HealResult) -> bool:
+        """Whether a healed bug's patch only puts back lines of the change."""
+        return self.change is not None and result.status == HEALED and reverts_only(
+            self.change, result.original, result.final)
+
+    def rounds(self, first: Proposal | None, resume: Resume | None = None) -> HealResult:
+        """The round loop of one bug, its lines said as each round ends."""
+        stages, inputs = self.stages, self.inputs
+
+        def on_round(record: RoundRecord) -> None:
+            edits = ", ".join(e.level for e in record.edits) or "no edits"
+            stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
+
+        roots = (*inputs.project.roots, str(self.sandbox.root))
+
+        def tidy(text: str) -> str:
+            return clean_log(text, roots)
+
+        assert self.verifier is not None
+        return heal(
+            self.shown(), self.files,
+            fixer=_Announced(stages.fixer, stages.progress, stages.cancel),
+            verify=self.verifier, rounds=inputs.settings.rounds, guard=stages.guard,
+            on_round=on_round, resolve_need=NeedResolver(inputs.project, self.reach),
+            tidy=tidy, first=first, resume=resume, regroup=self.shown,
+        )
+
+    def follow(self, result: HealResult) -> HealResult:
+        """Until the bug's tests are all known: a healed bug's winner checked on those
+        that joined it."""
+        assert self.tests is not None
+        while True:
+            posted, final = self.tests.take()
+            if posted is not None and result.status == HEALED:
+                result = self.recheck(result, *posted)
+            if final:
+                return result
+
+    def recheck(self, result: HealResult, group: BugGroup, regression: tuple[str, ...]
+                ) -> HealResult:
+        """The winner on the bug's grown set of tests (only the new ones rerun); when it
+        fails one, the heal goes on from it, its last round rejected, the tests that
+        joined shown."""
+        verifier = self.verifier
+        assert verifier is not None
+        if verifier.covers(group.nodeids, regression):  # its winner was verified on them
+            return result
+        self.stages.progress(f"checking the patch on {len(group.nodeids)} failing and "
+                             f"{len(regression)} regression test(s) known now")
+        verifier.extend(group, regression)
+        verdict = verifier(result.final)  # its child lives on for the next check
+        if verdict.ok:
+            return still_healed(result, verdict)
+        self.stages.progress(f"the patch fails tests known now: {verdict.summary}")
+        started = time.monotonic()
+        try:
+            again = self.rounds(None, Resume(result, verdict))
+        finally:
+            verifier.restore()
+        verified = verifier.passing() if again.status == HEALED else ()
+        return replace(again, triage=result.triage, regression=result.regression,
+                       revert=self.reverts(again), editable=result.editable,
+                       verified=verified,
+                       seconds=result.seconds + time.monotonic() - started)
+
+
+def still_healed(result: HealResult, verdict: Verdict) -> HealResult:
+    """``result`` with its winner's check on the grown set of tests added to its last
+    round (whose outcome now counts every test)."""
+    if not result.rounds:
+        return result
+    last: RoundRecord = result.rounds[-1]
+    checked = replace(last, outcome=verdict.summary, phases=last.phases + verdict.phases)
+    return replace(result, rounds=(*result.rounds[:-1], checked))
 
 
 def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
@@ -653,50 +827,6 @@ def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
     return tuple(Phase(f"culprit search ({len(trial.reverted)} hunk(s) reverted)",
                        trial.tests or (regression.test,), trial.seconds, "ran", trial.outcome)
                  for trial in regression.trials)
-
-
-def change_context(group: BugGroup, widened: BugGroup, change: Change,
-                   regression: Regression | None, inputs: SessionInputs,
-                   checks: tuple[str, ...]) -> tuple[BugGroup, BugContext]:
-    """The bug as the rounds see it after the experiment, and its context: with the
-    culprit lines pinned and shown beside the base's after a regression; as without a
-    base, plus a note, when the failure is not a regression of the change; with the
-    change and what it touched when the experiment could not tell."""
-    project = inputs.project
-    if regression is not None and regression.verdict == NOT_REGRESSION:
-        context = build_context(group, project, device=inputs.device, checks=checks)
-        note = (f"{regression.summary}: the fault is probably older than the change, in "
-                "the code shown here.")
-        return group, replace(context, notes=(*context.notes, note))
-    culprits = regression.culprits if regression is not None and (
-        regression.verdict == REGRESSION) else ()
-    used = with_change(group, change, project, culprits) if culprits else widened
-    view = change_view(change, regression, used.editable)
-    return used, build_context(used, project, device=inputs.device, checks=checks,
-                               change=view)
-
-
-def _rounds(group: BugGroup, context: BugContext, base: Mapping[str, str],
-            verifier: Verifier, sandbox: Sandbox, stages: Stages, inputs: SessionInputs,
-            reach: Reach, first: Proposal | None, resume: Resume | None = None) -> HealResult:
-    """The round loop of one bug, its lines said as each round ends."""
-
-    def on_round(record: RoundRecord) -> None:
-        edits = ", ".join(e.level for e in record.edits) or "no edits"
-        stages.progress(f"  round {record.round} ({edits}): {record.outcome}")
-
-    roots = (*inputs.project.roots, str(sandbox.root))
-
-    def tidy(text: str) -> str:
-        return clean_log(text, roots)
-
-    return heal(
-        context, base, fixer=_Announced(stages.fixer, stages.progress, stages.cancel),
-        verify=verifier,
-        rounds=inputs.settings.rounds, guard=stages.guard, on_round=on_round,
-        resolve_need=NeedResolver(inputs.project, reach), tidy=tidy, first=first,
-        resume=resume,
-    )
 
 
 #: Seconds between "still waiting" lines while a fixer thinks.
@@ -786,12 +916,6 @@ def _healed_by(group: BugGroup, verifier: Verifier, base: Mapping[str, str],
     return HealResult(group.id, HEALED, f"healed by the patch of {names}: {verdict.summary}",
                       rounds=(record,), original=dict(base), final=dict(base),
                       healed_by=names)
-
-
-def with_failure_notes(context: BugContext, verifier: Verifier) -> BugContext:
-    """What the baseline measured about the failing check, for the prompt."""
-    note = test_own_failure(verifier)
-    return replace(context, notes=(*context.notes, note)) if note else context
 
 
 def test_own_failure(verifier: Verifier) -> str:

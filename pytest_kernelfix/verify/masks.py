@@ -10,7 +10,7 @@ representative's launches are fingerprinted on the original code and on the cand
 read what an original launch read and wrote what it wrote, the kernels are unchanged.
 Where the launches read other bytes (inputs drawn without a seed), the code says it
 instead: no ``@triton.jit`` function and no wrapper up to its launch changed
-(:func:`pytest_kernelfix.heal.guards.masking`). Arithmetic that combines the output with
+(:func:`pytest_kernelfix.heal.analysis.masking`). Arithmetic that combines the output with
 other data (a divisor, a chain-rule factor) is a fix of the wrapper, not a mask.
 """
 

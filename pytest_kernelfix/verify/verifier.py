@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
-from pytest_kernelfix.heal.guards import masking
+from pytest_kernelfix.heal.analysis import masking
 from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.signals import expects_raise

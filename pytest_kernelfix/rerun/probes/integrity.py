@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from pytest_kernelfix.locate.outline import bindings
+from pytest_kernelfix.kernels import bindings
 from pytest_kernelfix.project import DEFAULT_TEST_PATTERNS, Project
 
 #: Namespaces whose public callables a test checks with (or computes its reference
