@@ -62,7 +62,7 @@ from pytest_kernelfix.session.start import configured_fixer, rerun_setup, sessio
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.report.publish import Sink
 
 
@@ -416,7 +416,7 @@ class HealingController:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         # start-up: the summary's writers load only for a session that has one to print
-        from pytest_kernelfix.report.artifacts import summary_lines
+        from pytest_kernelfix.report.terminal import summary_lines
         from pytest_kernelfix.report.unselected import unselected_lines
 
         if not (self.failures or self.unselected or self.error or self.notes):

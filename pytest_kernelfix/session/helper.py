@@ -53,7 +53,7 @@ from pytest_kernelfix.session.start import configured_fixer, rerun_setup, sessio
 if TYPE_CHECKING:  # the test process imports this module before torch: nothing heavy
     from pytest_kernelfix.fixers.base import ProposalRequest
     from pytest_kernelfix.locate.base import Changes
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.session.inputs import SessionInputs, Stages
     from pytest_kernelfix.session.overlap import Overlap
 

@@ -53,7 +53,7 @@ from pytest_kernelfix.locate.base import Changes
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import Overlapped
+from pytest_kernelfix.report.model import Overlapped
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
