@@ -4,7 +4,8 @@ suite into unit and session tests.
 Kernels imported by tests in this process run on the Triton interpreter: the variable
 must be set before any ``@triton.jit`` function is decorated.
 
-Fixtures: ``fake_llm`` (an OpenAI-compatible server on 127.0.0.1), ``sandboxed`` (a
+Fixtures: ``fake_llm`` (an OpenAI-compatible server on 127.0.0.1), ``on_cpu`` (the CUDA
+shim's CUDA piece as an sm_80 GPU, undone afterwards), ``sandboxed`` (a
 project directory and the sandboxes to close), ``reruns`` (the runner of real reruns,
 owning one warm server for the whole run of this process). Nothing a test starts may
 outlive it: after every test, no rerun server but the shared one runs and no
@@ -136,6 +137,25 @@ def sandboxed(tmp_path: Path) -> Iterator[tuple[Path, list[Sandbox]]]:
     yield tmp_path / "proj", sandboxes
     for sandbox in sandboxes:
         sandbox.close()
+
+
+@pytest.fixture
+def on_cpu() -> Iterator[None]:
+    """CUDA mapped to the CPU as an sm_80 GPU, with the interpreter's bf16 made exact (what
+    the whole shim installs); session-wide pieces are put back afterwards."""
+    from pytest_kernelfix.shim import bf16, cuda  # imports torch: only where a test asks
+
+    held = cuda.capability()
+    had_bf16 = bf16.installed()
+    cuda.uninstall()
+    bf16.install()
+    assert cuda.install((8, 0))
+    yield
+    cuda.uninstall()
+    if not had_bf16:
+        bf16.uninstall()
+    if held is not None:
+        cuda.install(held)
 
 
 #: The runners of the ``reruns`` fixture: their servers are meant to outlive a test.

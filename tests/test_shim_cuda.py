@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 
 import pytest
 import torch
 from kernels_catalog import shim_kernels
 
-from pytest_kernelfix.shim import bf16, cuda, driver
+from pytest_kernelfix.shim import cuda, driver
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() and not cuda.installed(), reason="a real GPU is present"
 )
-
-
-@pytest.fixture
-def on_cpu() -> Iterator[None]:
-    """CUDA mapped to the CPU as an sm_80 GPU, with the interpreter's bf16 made exact (what
-    the whole shim installs); session-wide pieces are put back afterwards."""
-    held = cuda.capability()
-    had_bf16 = bf16.installed()
-    cuda.uninstall()
-    bf16.install()
-    assert cuda.install((8, 0))
-    yield
-    cuda.uninstall()
-    if not had_bf16:
-        bf16.uninstall()
-    if held is not None:
-        cuda.install(held)
 
 
 def test_factories_and_moves_land_on_the_cpu(on_cpu: None) -> None:

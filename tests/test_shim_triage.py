@@ -42,6 +42,13 @@ def test_a_limitation_the_shim_raised_is_reported_with_its_message() -> None:
                       "nothing to heal")
 
 
+def test_a_torch_cuda_call_the_shim_refused_is_not_the_kernels_to_heal() -> None:
+    raised = ErrorInfo("CudaNotEmulated", "torch.cuda.CUDAGraph is not emulated by ...")
+    reason = bf16_limitation(failure(raised, *FP32), bf16_exact=True)
+    assert reason == ("interpreter limitation: torch.cuda.CUDAGraph is not emulated by ...; "
+                      "nothing to heal")
+
+
 KERNEL = """
     import torch
     import triton

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import Any
 
 _MISSING = object()
@@ -19,6 +21,21 @@ class Patches:
     def set(self, obj: Any, name: str, value: Any) -> None:
         self._changes.append((obj, name, obj.__dict__.get(name, _MISSING)))
         setattr(obj, name, value)
+
+    def set_in_package(self, module: ModuleType, name: str, value: Any, package: str) -> None:
+        """``module.name = value``, and the same in every loaded module of ``package`` that
+        bound the replaced object under that name (``from . import current_device``):
+        torch's own functions then call the replacement too, so ``get_rng_state_all``
+        counts the devices ``device_count`` reports."""
+        original = module.__dict__.get(name, _MISSING)
+        self.set(module, name, value)
+        if original is _MISSING:
+            return
+        for other in list(sys.modules.values()):
+            if (other is not module and isinstance(other, ModuleType)
+                    and (other.__name__ == package or other.__name__.startswith(package + "."))
+                    and other.__dict__.get(name, _MISSING) is original):
+                self.set(other, name, value)
 
     def restore(self) -> None:
         while self._changes:

@@ -1,8 +1,10 @@
 """Run code written for ``device="cuda"`` on the CPU.
 
-Two parts. ``torch.cuda``'s query functions answer as one GPU of the chosen compute
-capability (``is_available()`` is True, ``get_device_properties`` comes from
-``devices.py``, ``synchronize`` does nothing). A ``TorchFunctionMode`` rewrites every
+Two parts. ``torch.cuda`` answers as one GPU of the chosen compute capability
+(``cuda_api.py``: ``is_available()`` is True, ``get_device_properties`` comes from
+``devices.py``, memory management and ``synchronize`` do nothing, random state is the
+CPU generator's), and what it cannot answer so raises an error that names the call
+(``unemulated.py``). A ``TorchFunctionMode`` rewrites every
 CUDA device argument to the CPU and remembers which tensors were meant for the GPU
 (a flag, ``marks.py``, passed on to the results of ops that read them), so that those
 tensors still say ``device == cuda:0``, ``is_cuda`` and ``get_device() == 0``, and
@@ -15,20 +17,18 @@ The same mode applies CUDA autocast's casts to those tensors under ``torch.autoc
 (``autocast.py``) and computes the overloads torch has only for CUDA (``cuda_ops.py``).
 
 Limits: the mode is per thread (torch keeps the mode stack thread-local), tensors made
-outside torch functions (``torch.Generator(device="cuda")``, ``torch.cuda.FloatTensor``,
-CUDA graphs) are not covered, and nothing is faster than on the CPU.
+outside torch functions (``torch.Generator(device="cuda")``, ``torch.cuda.FloatTensor``)
+are not covered, CUDA graphs are refused, and nothing is faster than on the CPU.
 """
 
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 from typing import Any
 
-from pytest_kernelfix.shim import autocast, autograd, bf16, cuda_ops
+from pytest_kernelfix.shim import autocast, autograd, cuda_api, cuda_ops, unemulated
 from pytest_kernelfix.shim._patches import Patches
-from pytest_kernelfix.shim.devices import DeviceProperties, properties_for
-from pytest_kernelfix.shim.driver import CpuDeviceInterface, CpuEvent, CpuStream
+from pytest_kernelfix.shim.devices import properties_for
 from pytest_kernelfix.shim.marks import MARK, any_marked, is_marked, set_marked
 
 __all__ = ["MARK", "capability", "install", "installed", "is_cuda_device", "is_marked",
@@ -145,80 +145,6 @@ def _mode_class() -> type:
     return CudaOnCpu
 
 
-class _DeviceContext:
-    """``torch.cuda.device(i)``: nothing to switch with one device."""
-
-    def __init__(self, device: object = None) -> None:
-        self.idx = 0
-
-    def __enter__(self) -> _DeviceContext:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-@contextmanager
-def _stream(stream: object = None) -> Any:
-    yield
-
-
-def _cuda_functions(props: DeviceProperties) -> dict[str, Any]:
-    """Replacements for ``torch.cuda`` members; each name gets its own function object
-    (torch._dynamo indexes ``torch.cuda`` by object and refuses one object under two rules).
-    """
-    import torch
-
-    def manual_seed() -> Any:
-        def seed(seed: int) -> None:
-            torch.default_generator.manual_seed(int(seed))  # "cuda" tensors draw from the CPU
-
-        return seed
-
-    def returning(value: Any) -> Any:
-        def answer(*args: object, **kwargs: object) -> Any:
-            return value
-
-        return answer
-
-    def bf16_supported(major: int) -> Any:
-        def is_bf16_supported(including_emulation: bool = True) -> bool:
-            return major >= 8 and bf16.exact()  # announced only where computed right
-
-        return is_bf16_supported
-
-    return {
-        "is_available": returning(True),
-        "is_initialized": returning(True),
-        "init": returning(None),
-        "device_count": returning(1),
-        "current_device": returning(0),
-        "set_device": returning(None),
-        "synchronize": returning(None),
-        "get_device_capability": returning(props.capability),
-        "get_device_properties": returning(props),
-        "get_device_name": returning(props.name),
-        "get_arch_list": returning([f"sm_{props.major}{props.minor}"]),
-        "is_bf16_supported": bf16_supported(props.major),
-        "mem_get_info": returning((props.total_memory, props.total_memory)),
-        "memory_allocated": returning(0),
-        "max_memory_allocated": returning(0),
-        "memory_reserved": returning(0),
-        "max_memory_reserved": returning(0),
-        "reset_peak_memory_stats": returning(None),
-        "reset_max_memory_allocated": returning(None),
-        "empty_cache": returning(None),
-        "manual_seed": manual_seed(),
-        "manual_seed_all": manual_seed(),
-        "device": _DeviceContext,
-        "Event": CpuEvent,
-        "Stream": CpuStream,
-        "stream": _stream,
-        "current_stream": CpuDeviceInterface.current_stream,
-        "default_stream": CpuDeviceInterface.default_stream,
-    }
-
-
 def install(capability: tuple[int, int]) -> bool:
     """Answer ``torch.cuda`` as one GPU and map CUDA tensors to the CPU.
 
@@ -231,8 +157,11 @@ def install(capability: tuple[int, int]) -> bool:
     if torch.cuda.is_available():
         return False
     patches = Patches()
-    for name, value in _cuda_functions(properties_for(capability)).items():
-        patches.set(torch.cuda, name, value)
+    for name, value in cuda_api.functions(properties_for(capability)).items():
+        patches.set_in_package(torch.cuda, name, value, "torch.cuda")
+    for name, value in cuda_api.nvtx_functions().items():
+        patches.set_in_package(torch.cuda.nvtx, name, value, "torch.cuda")
+    unemulated.stub_bindings(patches, torch.cuda)
     patches.set(torch.nn.Parameter, "__new__",
                 _parameter_keeping_mark(torch.nn.Parameter.__dict__["__new__"].__func__))
     mode = _mode_class()()

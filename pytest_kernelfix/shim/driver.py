@@ -57,9 +57,13 @@ class CpuStream:
     """A ``torch.cuda.Stream`` look-alike: work on the CPU is already ordered."""
 
     cuda_stream = 0
+    stream_id = 0
+    device_index = 0
+    device_type = 1  # torch's DeviceType for CUDA, as torch.cuda.set_stream reads it
 
     def __init__(self, device: object = None, priority: int = 0, **_: object) -> None:
         self.device = device
+        self.priority = priority
 
     def synchronize(self) -> None:
         return None
