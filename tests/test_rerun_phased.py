@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from rerun_helpers import make_sandbox, spec_for
 
-from pytest_kernelfix.rerun.launcher import Reruns, RerunSpec
+from pytest_kernelfix.rerun.launcher import RerunSpec
 from pytest_kernelfix.rerun.plan import ProbePlan
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.rerun.sandbox import Sandbox
 
 CONFTEST = """
