@@ -52,6 +52,11 @@ def test_device_calls_know_there_is_one_gpu(on_cpu: None) -> None:
         assert inside.idx == 0
         assert torch.cuda.current_device() == 0
     assert torch.cuda.device_of(torch.ones(3)).idx == -1
+    # a wrapper may name the device by another context (FlagAttention's launches)
+    with torch.cuda.device(torch.cuda.device_of(x)) as inside:
+        assert inside.idx == 0
+    assert torch.cuda.get_device_properties(torch.cuda.device_of(x)).multi_processor_count
+    assert torch.cuda.device(torch.cuda.device_of(torch.ones(3))).idx == -1
     assert torch.cuda.can_device_access_peer(0, 0) is False
     assert torch.cuda.is_current_stream_capturing() is False
 

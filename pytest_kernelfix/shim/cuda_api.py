@@ -40,9 +40,13 @@ _HANDLES = "it returns a handle of a CUDA library, and there is no CUDA library"
 
 def device_index(device: object = None) -> int:
     """The index ``device`` names (None, 0, "cuda", "cuda:0", a torch.device), refused
-    unless it is the one GPU, as torch refuses an index past ``device_count()``."""
+    unless it is the one GPU, as torch refuses an index past ``device_count()``. A
+    ``torch.cuda.device`` context names its device too, as torch allows:
+    ``torch.cuda.get_device_properties(torch.cuda.device_of(q))`` (FlagAttention)."""
     import torch
 
+    if isinstance(device, DeviceContext):
+        device = None if device.idx < 0 else device.idx
     if device is None:
         return 0
     if isinstance(device, str):
@@ -60,9 +64,14 @@ def device_index(device: object = None) -> int:
 
 
 class DeviceContext:
-    """``torch.cuda.device(i)``: nothing to switch with one device."""
+    """``torch.cuda.device(i)``: nothing to switch with one device (``i`` may be another
+    such context, as torch allows)."""
+
+    idx: int
 
     def __init__(self, device: object = None) -> None:
+        if isinstance(device, DeviceContext):
+            device = device.idx
         unset = device is None or (isinstance(device, int) and device < 0)
         self.idx = -1 if unset else device_index(device)
         self.prev_idx = -1
