@@ -4,12 +4,25 @@ early, a cancel, and a Ctrl-C in the caller's thread while the workers run."""
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from pytest_kernelfix.fanout import fan_out
+
+
+@pytest.fixture
+def python_ctrl_c() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt, as in a fresh interpreter: ``interrupt_main`` does
+    nothing while SIGINT is ignored or left to the OS, which a test run earlier in the same
+    xdist worker may leave behind (both Ctrl-C tests waited out their work on one worker)."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def test_results_come_back_in_the_order_of_the_items() -> None:
@@ -104,6 +117,7 @@ def test_ticks_come_from_the_callers_thread_while_the_work_runs() -> None:
     assert len(ticks) >= 2 and set(ticks) == {threading.current_thread()}
 
 
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_ctrl_c_in_the_callers_thread_stops_the_workers_then_is_raised() -> None:
     stop = threading.Event()
     told: list[KeyboardInterrupt] = []
@@ -133,6 +147,7 @@ def test_a_keyboard_interrupt_in_a_worker_is_its_error() -> None:
         fan_out(work, range(3))
 
 
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_ctrl_c_is_raised_at_once_when_the_work_cannot_be_told_to_stop() -> None:
     """Work that watches nothing (a rerun through the session's runner, which the caller
     stops once it catches the interrupt) is not waited for."""
