@@ -18,7 +18,7 @@ from pytest_kernelfix.heal.outcomes import Verdict, VerdictKind
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.project import Project
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
-from pytest_kernelfix.rerun.plan import DevicePlan
+from pytest_kernelfix.rerun.plan import DevicePlan, ProbePlan
 from pytest_kernelfix.rerun.report import CheckSite, Fingerprint, Probe, RerunResult, TestOutcome
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.verify.masks import kernel_output_unchanged
@@ -340,6 +340,66 @@ def test_a_doubt_of_the_per_kernel_rule_is_noted_never_a_refusal(sandbox: Sandbo
     assert verdict.ok, verdict.summary
     assert "not judged per kernel" in verdict.summary and "cannot be told" in verdict.summary
 
+
+SLOW, JOINED = IDS[0], IDS[1]
+
+
+def one_kernel_first(spec: RerunSpec, original: bool) -> TestOutcome:
+    """:func:`fixed`, but the slow test launches the forward kernel only."""
+    if spec.nodeids != (SLOW,) or spec.probe.poison:
+        return fixed(spec, original)
+    fingerprints = (Fingerprint(FORWARD, "x", "old-y" if original else "y"),)
+    return TestOutcome("", "failed" if original else "passed", "call", launch_count=1,
+                       probe=Probe(1, fingerprints=fingerprints))
+
+
+def grown(sandbox: Sandbox, runner: Runner) -> tuple[Verdict, Verdict, Verifier]:
+    """A bug healed while the tests run: its heal begins with the slow test alone, whose
+    candidate is verified, then the faster test joins and the candidate is checked again."""
+    whole = group_of(sandbox.source, (SLOW, JOINED))
+    whole = replace(whole, failures=(replace(whole.failures[0], duration=1.0),
+                                     replace(whole.failures[1], duration=0.1)))
+    alone = replace(whole, failures=whole.failures[:1])
+    check = Verifier(sandbox, RerunSetup(sandbox.source, 10.0, DevicePlan(interpret=True)),
+                     alone, Project(sandbox.source), runner=runner)  # type: ignore[arg-type]
+    with sandbox:
+        check.baseline({"kernels/k.py": "ORIGINAL\n"})
+        before = check({"kernels/k.py": "FIXED\n"})
+        check.extend(whole, ())
+        after = check({"kernels/k.py": "FIXED\n"})
+    return before, after, check
+
+
+def test_a_bug_that_grows_chooses_its_representative_again(sandbox: Sandbox) -> None:
+    """The faster test that joined becomes the representative once it fails on the
+    original code, and the kernels it launches are attributed: the per-kernel NaN phase
+    runs, as it would have for the whole group."""
+    runner = Runner(one_kernel_first)
+    before, after, check = grown(sandbox, runner)
+    assert before.ok and after.ok, (before, after)
+    assert not any("only" in phase.name for phase in before.phases)
+    assert check.first == JOINED
+    assert [p.name for p in after.phases] == [
+        "baseline (the grown bug's representative)", "representative", "failing tests",
+        "attribution (bwd_kernel)", "attribution (fwd_kernel)", "sensitivity (nan)",
+        "sensitivity (nan, only bwd_kernel)", "sensitivity (scramble)"]
+    baseline = next(spec for spec in runner.specs if spec.nodeids == (JOINED,))
+    assert baseline.probe == ProbePlan(fingerprint=True, reach=True)
+
+
+def test_a_test_that_joins_and_passes_on_the_original_code_is_no_representative(
+    sandbox: Sandbox,
+) -> None:
+    def flaky(spec: RerunSpec, original: bool) -> TestOutcome:
+        if spec.nodeids == (JOINED,) and original and spec.probe.reach:
+            return TestOutcome("", "passed", "call", launch_count=2)
+        return one_kernel_first(spec, original)
+
+    _, after, check = grown(sandbox, Runner(flaky))
+    assert after.ok, after
+    assert check.first == SLOW
+    assert after.phases[0].name == "baseline (the grown bug's representative)"
+    assert not any("only" in phase.name for phase in after.phases)
 
 def test_a_test_that_expects_an_error_need_not_launch_once_fixed(sandbox: Sandbox) -> None:
     launch = KernelLaunch("fwd_kernel", str(sandbox.source / "kernels" / "k.py"), 1)

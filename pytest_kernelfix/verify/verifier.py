@@ -27,9 +27,11 @@ attributed kernel, scrambled values), the first that rejects ending the verifica
 
 Before round 1 the unpatched code is rerun on the representative only (the baseline, read
 by :mod:`pytest_kernelfix.verify.triage`); what the test run recorded stands for the
-rest. What is known only from the original code (regression tests that fail there too,
-integrity findings of the suite itself, which kernel a failed check reads) is measured
-when a candidate's verdict would depend on it, not before. ``--kernelfix-verify thorough``
+rest. A bug whose failing tests grow while it heals (healing while the tests run) chooses
+its representative again from the whole group, run on the original code first. What is
+known only from the original code (regression tests that fail there too, integrity
+findings of the suite itself, which kernel a failed check reads) is measured when a
+candidate's verdict would depend on it, not before. ``--kernelfix-verify thorough``
 runs every failing test at each step instead (the baseline and the regression set up
 front, the poisoned reruns on every failing test).
 """
@@ -166,6 +168,7 @@ class Verifier:
         #: The runs of the failed check that read the attributed kernel's output.
         self._reading: Runs = frozenset()
         self._seen: set[str] = set()  # tests whose findings on the original code are known
+        self._tried: set[str] = set()  # tests that joined, tried as the representative
         self._verified: frozenset[str] = frozenset()  # passed on this candidate elsewhere
         self.phases: list[Phase] = []
         #: The open phased children: "original" (the bug's), "candidate" (this one's).
@@ -215,8 +218,9 @@ class Verifier:
     def extend(self, group: BugGroup, regression: Sequence[str]) -> None:
         """The bug has more failing tests (``group``, a superset) or more regression tests
         than when this verifier was made: the next verification covers them. Safe to call
-        from another thread; it takes effect when the next verification starts. The
-        representative, the baseline and what was measured on the original code stay."""
+        from another thread; it takes effect when the next verification starts. What was
+        measured on the original code stays; the representative is chosen again from the
+        whole group (:meth:`_rechoose`)."""
         with self._lock:
             self._grown = (group, tuple(regression))
 
@@ -229,11 +233,12 @@ class Verifier:
         """Rerun with ``setup`` from now on (the same suite: other jobs, priority)."""
         self.setup = setup
 
-    def _grow(self) -> None:
+    def _grow(self) -> bool:
+        """Take the group and regression set :meth:`extend` posted; whether there were."""
         with self._lock:
             grown, self._grown = self._grown, None
         if grown is None:
-            return
+            return False
         group, regression = grown
         self.group = group
         self.nodeids = group.nodeids
@@ -244,6 +249,31 @@ class Verifier:
                       **self.sites}
         self.workspace.protect(self.project.protected_files(
             f.test_path for f in group.failures))
+        return True
+
+    def _rechoose(self, candidate: Mapping[str, str]) -> None:
+        """The grown group's representative, chosen as the first verification would have
+        chosen it from the whole group: a test that joined may be cheaper, and launch
+        kernels the first failure did not (the per-kernel NaN phase needs two). It is run
+        on the original code first, read like the baseline; one that passes there is not
+        chosen."""
+        chosen = sample.representative(self.group)
+        if chosen == self.first or chosen in self._tried or self.base is None:
+            return
+        self._tried.add(chosen)
+
+        def measure() -> None:
+            result = as_run(self._run("baseline (the grown bug's representative)", (chosen,),
+                                      probe=_BASELINE, candidate=False))
+            self.baseline_findings |= integrity_findings(result)
+            self._seen.update(o.nodeid for o in result.outcomes)
+            if result.outcome(chosen) is None or result.passed([chosen]):
+                return
+            assert self.base is not None
+            self.first, self.base = chosen, merge_results(self.base, result)
+            self._attributed, self._reading = None, frozenset()  # of the new representative
+
+        self._on_originals(candidate, measure)
 
     def restore(self) -> None:
         """Put the original bytes back for every file this verifier wrote; end its
@@ -446,7 +476,7 @@ class Verifier:
         """The verdict on ``candidate``. ``verified``: regression tests already verified
         passing on this very candidate (an earlier bug's patch, when it is the whole
         change): they are not rerun."""
-        self._grow()
+        grown = self._grow()
         self.phases = []
         self._verified = frozenset(verified)
         self._code = digest(candidate)
@@ -458,6 +488,8 @@ class Verifier:
             return Verdict(False, f"test files changed: {', '.join(tampered)}",
                            kind=VerdictKind.TAMPERED)
         try:
+            if grown:
+                self._rechoose(candidate)
             verdict = self._verify(candidate)
         except _Rejected as rejected:
             verdict = rejected.verdict
