@@ -18,10 +18,10 @@ import pytest
 import pytest_kernelfix
 
 PACKAGE = Path(pytest_kernelfix.__file__).parent
-#: Small modules every stage may use: settings, the target, the project's boundaries,
-#: redaction, atomic writes, code fences, device set-up, which functions are Triton kernels,
-#: the hook spec, the package itself.
-SHARED = frozenset({"", "config", "target", "project", "redact", "atomic", "device",
+#: Small modules every stage may use: settings, the target, the project's boundaries and
+#: root, redaction, atomic writes, code fences, device set-up, which functions are Triton
+#: kernels, the hook spec, the package itself.
+SHARED = frozenset({"", "config", "target", "project", "root", "redact", "atomic", "device",
                     "kernels", "hookspecs", "markdown", "__version__"})
 #: What each stage may import besides the shared modules and itself.
 ALLOWED: Mapping[str, frozenset[str]] = {

@@ -45,6 +45,7 @@ from pytest_kernelfix.report.unselected import (
     unselected_markdown,
 )
 from pytest_kernelfix.rerun.launcher import RerunStats
+from pytest_kernelfix.root import git_top
 
 SCHEMA_VERSION = 3
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
@@ -373,9 +374,9 @@ def repository_root(start: Path, environ: Mapping[str, str] | None = None) -> Pa
     """The git top level above ``start`` (a ``.git`` folder or file: worktrees,
     submodules); else ``$GITHUB_WORKSPACE`` when it holds ``start``; else ``start``."""
     start = Path(os.path.abspath(start))
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
+    top = git_top(start)
+    if top is not None:
+        return top
     workspace = (environ if environ is not None else os.environ).get("GITHUB_WORKSPACE", "")
     if workspace and start.is_relative_to(os.path.abspath(workspace)):
         return Path(os.path.abspath(workspace))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelfix.project import is_within
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
 from pytest_kernelfix.rerun.report import (
@@ -87,6 +88,12 @@ class RerunSetup:
     ``nice`` lowers the children's priority by that much (reruns made while the tests
     still run take only the cores the test run leaves); ``base_env`` is the environment
     children start from (the session's when the setup was made; None: the current one).
+
+    ``original_root`` is the project root, which the sandbox copies; ``rootdir`` (pytest's,
+    inside it; None: the same folder), ``inifile`` and ``invocation_dir`` (where pytest
+    ran) are the session's: a rerun runs pytest with their twins in the sandbox, so that it
+    reads the same config, names its tests with the same node ids and imports from the same
+    working directory (the rootdir's twin when pytest ran outside the project).
     """
 
     original_root: Path
@@ -94,6 +101,8 @@ class RerunSetup:
     device: DevicePlan = field(default_factory=DevicePlan)
     addopts: tuple[str, ...] = ()
     inifile: Path | None = None
+    rootdir: Path | None = None
+    invocation_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     mode: str = "auto"
@@ -157,18 +166,41 @@ def child_env(base: Mapping[str, str], setup: RerunSetup, plan_file: Path) -> di
     return env
 
 
+def child_dirs(spec: RerunSpec) -> tuple[Path, Path]:
+    """The child's rootdir and working directory: the sandbox twins of pytest's rootdir
+    and of where pytest ran (of the rootdir, when pytest ran outside the project)."""
+    sandbox, original, setup = Path(spec.sandbox_root), Path(spec.original_root), spec.setup
+
+    def twin(path: Path | None) -> Path | None:
+        if path is None or not is_within(path, original):
+            return None
+        return sandbox / Path(os.path.abspath(path)).relative_to(os.path.abspath(original))
+
+    rootdir = twin(setup.rootdir) or sandbox
+    return rootdir, twin(setup.invocation_dir) or rootdir
+
+
+def _from(cwd: Path, rootdir: Path, nodeid: str) -> str:
+    """A rootdir-relative node id as pytest's argument in ``cwd``."""
+    if cwd == rootdir:
+        return nodeid
+    path, sep, rest = nodeid.partition("::")
+    return Path(os.path.relpath(rootdir / path, cwd)).as_posix() + sep + rest
+
+
 def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
     """``python -c BOOTSTRAP NODEIDS ...``: pytest with the agent, in the sandbox."""
     sandbox = Path(spec.sandbox_root)
     original = Path(spec.original_root)
     setup = spec.setup
+    rootdir, cwd = child_dirs(spec)
     addopts = map_root_paths(filter_addopts(setup.addopts), original, sandbox)
     command = [
-        python, "-c", BOOTSTRAP, *spec.nodeids,
+        python, "-c", BOOTSTRAP, *(_from(cwd, rootdir, nodeid) for nodeid in spec.nodeids),
         "-p", "no:kernelfix",
         "-p", "pytest_kernelfix.rerun.child.agent",
         "-p", "no:cacheprovider",
-        "--rootdir", str(sandbox),
+        "--rootdir", str(rootdir),
     ]
     if setup.inifile is not None:
         command += ["-c", map_root_paths([str(setup.inifile)], original, sandbox)[0]]
@@ -351,7 +383,7 @@ def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Pa
             python: str, pool: ServerPool | None, stop: threading.Event
             ) -> tuple[str, str, ForkResult]:
     """Start the child the setup's way: (mode, why not forked, how it ended)."""
-    cwd = Path(spec.sandbox_root)
+    cwd = child_dirs(spec)[1]
     env = {**env, LAUNCHED_ENV: repr(time.time())}  # the child's phase timings start here
     server, why = _server(spec.setup, env, python, pool)
     if server is not None:
