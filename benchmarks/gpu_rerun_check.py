@@ -164,8 +164,9 @@ def gpu_count_without_context(checks: Checks) -> None:
 
 
 def reruns(checks: Checks, base: Path) -> dict[str, Any]:
-    from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup, RerunSpec
+    from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
     from pytest_kernelfix.rerun.plan import device_plan
+    from pytest_kernelfix.rerun.runner import Reruns
     from pytest_kernelfix.rerun.sandbox import Sandbox
 
     project = write(base / "proj", {"kernels/__init__.py": "",

@@ -134,7 +134,7 @@ class Reruns:
                       for mode in ("fork", "subprocess")}
         self.tests: dict[str, list[float]] = {"fork": [], "subprocess": []}
         self.phases: dict[str, list[dict[str, float]]] = {"fork": [], "subprocess": []}
-        from pytest_kernelfix.rerun.launcher import Reruns
+        from pytest_kernelfix.rerun.runner import Reruns
 
         self.reruns = Reruns()  # owns the warm server the fork reruns come from
 

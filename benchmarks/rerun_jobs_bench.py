@@ -62,8 +62,9 @@ def write_project(root: Path, modules: int, launches: int) -> tuple[Path, tuple[
 
 class Bench:
     def __init__(self, project: Path, mode: str) -> None:
-        from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
+        from pytest_kernelfix.rerun.launcher import RerunSetup
         from pytest_kernelfix.rerun.plan import device_plan
+        from pytest_kernelfix.rerun.runner import Reruns
         from pytest_kernelfix.rerun.sandbox import Sandbox
 
         self.sandbox = Sandbox.create(project)

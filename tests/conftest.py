@@ -39,7 +39,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from fake_llm import FakeLLM
 
-from pytest_kernelfix.rerun.launcher import Reruns
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.rerun.server.wire import SERVER_BOOTSTRAP
 

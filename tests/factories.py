@@ -10,7 +10,7 @@ from pytest_kernelfix.capture.records import Failure
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.heal.outcomes import HEALED, HealResult
 from pytest_kernelfix.locate.grouping import BugGroup
-from pytest_kernelfix.report.artifacts import BugReport
+from pytest_kernelfix.report.model import BugReport
 
 
 def make_settings(root: Path, **changes: object) -> Settings:

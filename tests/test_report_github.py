@@ -23,7 +23,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_kernelfix.heal.outcomes import HEALED, UNHEALED
-from pytest_kernelfix.report.artifacts import SessionReport, apply_command
 from pytest_kernelfix.report.github import (
     SUMMARY_LIMIT,
     Hunk,
@@ -37,6 +36,8 @@ from pytest_kernelfix.report.github import (
     repository_root,
     workflow_command,
 )
+from pytest_kernelfix.report.model import SessionReport
+from pytest_kernelfix.report.patches import apply_command
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "rdjson.schema.json").read_text())
 COMMAND = re.compile(r"^::(?P<command>[a-z]+) (?P<properties>[^:]*)::(?P<message>.*)$")

@@ -14,8 +14,8 @@ from factories import make_bug_report
 from kernel_project import BUGS, GOOD_LINE, answer, make_project, report_of, write_cassette
 
 from pytest_kernelfix.heal.outcomes import UNHEALED
-from pytest_kernelfix.report.artifacts import SessionReport
 from pytest_kernelfix.report.junit import JUnitProperties, add_properties, junit_names
+from pytest_kernelfix.report.model import SessionReport
 
 FIX = answer(BUGS["offset"], GOOD_LINE, reason="scale, not offset")
 RECORDED = """

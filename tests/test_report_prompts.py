@@ -38,13 +38,9 @@ from pytest_kernelfix.heal.outcomes import (
 )
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 from pytest_kernelfix.redact import MARKER
-from pytest_kernelfix.report.artifacts import (
-    BugReport,
-    SessionReport,
-    write_prompts,
-    write_reports,
-)
+from pytest_kernelfix.report.model import BugReport, SessionReport
 from pytest_kernelfix.report.prompts import PROMPT_MARKER, prompt_markdown
+from pytest_kernelfix.report.publish import write_prompts, write_reports
 
 MODEL = "openai/fake-model"
 SECRET = "sk-proj-PlantedInTheKernel0123456789"

@@ -21,14 +21,12 @@ from pytest_kernelfix.locate.change import (
     Regression,
     Trial,
 )
-from pytest_kernelfix.report.artifacts import (
-    SessionReport,
-    patch_text,
-    session_json,
-    session_markdown,
-    summary_lines,
-)
 from pytest_kernelfix.report.github import annotation
+from pytest_kernelfix.report.json_report import session_json
+from pytest_kernelfix.report.markdown_report import session_markdown
+from pytest_kernelfix.report.model import SessionReport
+from pytest_kernelfix.report.patches import patch_text
+from pytest_kernelfix.report.terminal import summary_lines
 
 SCHEMA = json.loads(resources.files("pytest_kernelfix").joinpath("report.schema.json")
                     .read_text())

@@ -11,12 +11,10 @@ from factories import make_bug_report
 
 from pytest_kernelfix.capture.records import Unselected
 from pytest_kernelfix.heal.outcomes import UNHEALED
-from pytest_kernelfix.report.artifacts import (
-    SessionReport,
-    session_json,
-    session_markdown,
-    summary_lines,
-)
+from pytest_kernelfix.report.json_report import session_json
+from pytest_kernelfix.report.markdown_report import session_markdown
+from pytest_kernelfix.report.model import SessionReport
+from pytest_kernelfix.report.terminal import summary_lines
 from pytest_kernelfix.report.unselected import select_hint, unselected_lines
 
 SCHEMA = json.loads(resources.files("pytest_kernelfix").joinpath("report.schema.json")

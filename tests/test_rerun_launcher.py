@@ -18,7 +18,6 @@ from rerun_helpers import MODES, alive, make_sandbox, spec_for, write_files
 
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.launcher import (
-    Reruns,
     RerunSetup,
     RerunSpec,
     RerunStats,
@@ -39,6 +38,7 @@ from pytest_kernelfix.rerun.report import (
     read_child_output,
     signal_name,
 )
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.rerun.sandbox import Sandbox
 
 # -- pure functions ---------------------------------------------------------------------

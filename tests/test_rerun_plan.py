@@ -90,7 +90,7 @@ def test_a_probing_rerun_names_what_it_probes_in_the_plan(tmp_path: Path) -> Non
         RerunPlan.from_json({**data, "probe": {**data["probe"], "poison": "zeros"}})
     with pytest.raises(PlanError, match="incomplete or malformed"):
         RerunPlan.from_json({**data, "probe": {**data["probe"], "reach": "yes"}})
-    with pytest.raises(PlanError, match="version 2 is not 4"):  # a plan of an old version
+    with pytest.raises(PlanError, match=f"version 2 is not {PLAN_VERSION}"):  # an old plan
         RerunPlan.from_json({**{k: v for k, v in data.items() if k != "probe"},
                              "poison": "nan", "version": 2})
     with pytest.raises(PlanError, match="incomplete or malformed"):  # version 3: no control

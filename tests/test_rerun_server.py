@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rerun_helpers import make_sandbox, spec_for
 
-from pytest_kernelfix.rerun.launcher import Reruns
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.rerun.server import unavailable_reason
 from pytest_kernelfix.rerun.server.fork import exit_code

@@ -13,8 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rerun_helpers import MODES, alive, make_sandbox, spec_for
 
-from pytest_kernelfix.rerun import launcher, split
-from pytest_kernelfix.rerun.launcher import Reruns
+from pytest_kernelfix.rerun import runner, split
 from pytest_kernelfix.rerun.report import (
     ChildReport,
     FinishedTests,
@@ -22,6 +21,7 @@ from pytest_kernelfix.rerun.report import (
     RerunResult,
     TestOutcome,
 )
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.rerun.split import (
     MIN_TESTS_PER_CHILD,
@@ -338,7 +338,7 @@ def test_progress_is_told_while_a_long_rerun_runs_and_never_for_a_short_one(
     spec = replace(spec_for(sandbox, *nodeids, jobs=2),
                    progress=lambda *args: heard.append(args))
     with monkeypatch.context() as patched:
-        patched.setattr(launcher, "PROGRESS_EVERY", 0.5)
+        patched.setattr(runner, "PROGRESS_EVERY", 0.5)
         result = reruns(spec)  # with the server's start when it is the first
     assert result.passed(nodeids) and len(heard) >= 2
     finished = [count for count, _, _ in heard]
@@ -351,7 +351,7 @@ def test_progress_is_told_while_a_long_rerun_runs_and_never_for_a_short_one(
     heard.clear()
     result = reruns(spec)
     assert result.passed(nodeids)
-    assert heard == [] or result.seconds > launcher.PROGRESS_EVERY  # none for a short one
+    assert heard == [] or result.seconds > runner.PROGRESS_EVERY  # none for a short one
 
 
 def test_a_fresh_interpreter_runs_a_dozen_tests_alone(

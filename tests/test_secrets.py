@@ -25,13 +25,9 @@ from pytest_kernelfix.heal.outcomes import HEALED, HealResult, RoundRecord
 from pytest_kernelfix.locate.context import BugContext, SourceFile
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import MARKER, listed, redact, secret_values
-from pytest_kernelfix.report.artifacts import (
-    BugReport,
-    SessionReport,
-    patch_name,
-    write_patches,
-    write_reports,
-)
+from pytest_kernelfix.report.model import BugReport, SessionReport
+from pytest_kernelfix.report.patches import patch_name, write_patches
+from pytest_kernelfix.report.publish import write_reports
 
 ENV = {
     "KERNELFIX_DEMO_API_KEY": "kfx-live-7f3a9c2e5b1d4086",

@@ -26,10 +26,12 @@ from pytest_kernelfix.fixers.prompting import render_messages
 from pytest_kernelfix.heal.guards import build_guard
 from pytest_kernelfix.locate.context import PROMPT_BUDGET
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import SessionReport, session_markdown, summary_lines
 from pytest_kernelfix.report.github import annotation
 from pytest_kernelfix.report.junit import bug_properties
+from pytest_kernelfix.report.markdown_report import session_markdown
+from pytest_kernelfix.report.model import SessionReport
 from pytest_kernelfix.report.publish import ReportFiles, publish
+from pytest_kernelfix.report.terminal import summary_lines
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec
 from pytest_kernelfix.rerun.plan import DevicePlan
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome

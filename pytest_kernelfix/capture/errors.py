@@ -3,7 +3,8 @@
 The Triton interpreter wraps every kernel error in ``InterpreterError(repr(e))`` and
 the compiler in ``CompilationError``; the useful exception and the kernel line sit in
 ``__cause__``. :func:`describe_exception` walks that chain once so every later stage
-(grouping, prompts, reports) sees the real error and its frames.
+(grouping, prompts, reports) sees the real error and its frames. What crossed a process
+as JSON is read back by :func:`pytest_kernelfix.fields.read`.
 """
 
 from __future__ import annotations
@@ -31,10 +32,6 @@ class Frame:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "lineno": self.lineno, "name": self.name, "line": self.line}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Frame:
-        return cls(str(data["path"]), int(data["lineno"]), str(data["name"]), str(data["line"]))
 
 
 @dataclass(frozen=True)
@@ -72,11 +69,6 @@ class ErrorInfo:
             "message": self.message,
             "frames": [frame.to_json() for frame in self.frames],
         }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ErrorInfo:
-        frames = tuple(Frame.from_json(item) for item in data.get("frames", ()))
-        return cls(str(data["type"]), str(data["message"]), frames)
 
 
 def exception_chain(exc: BaseException) -> list[BaseException]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.fields import read
 from pytest_kernelfix.project import Project
 
 #: Launch options that change how a kernel compiles; recorded when given at launch.
@@ -89,17 +90,8 @@ class KernelLaunch:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> KernelLaunch:
-        return cls(
-            name=str(data["name"]),
-            file=str(data["file"]),
-            line=int(data["line"]),
-            signature=tuple((str(k), str(v)) for k, v in data.get("signature", ())),
-            constexprs=tuple((str(k), v) for k, v in data.get("constexprs", ())),
-            options=tuple((str(k), int(v)) for k, v in data.get("options", ())),
-            exact=bool(data.get("exact", True)),
-            sites=tuple((str(f), int(n), str(name)) for f, n, name in data.get("sites", ())),
-        )
+    def from_json(cls, data: Any) -> KernelLaunch:
+        return read(cls, data)
 
 
 def python_function(kernel: Any) -> Callable[..., Any] | None:

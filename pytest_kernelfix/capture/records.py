@@ -1,11 +1,12 @@
 """What a test run leaves for healing: failed kernel tests and the tests that passed.
 
 Where tests run (a plain session or an xdist worker) :func:`report_record` turns one
-call phase into JSON primitives attached to the report; where reports are collected
-(the plain session or the xdist controller) :func:`read_record` turns it back into
-:class:`Failure` or :class:`PassedTest`, and :class:`Selection` decides which failures
-are healed (the others are :class:`Unselected`, with the reason). A test that crashed
-an xdist worker becomes a :func:`crash_failure`. Nothing here holds a live object.
+call phase into a :class:`CaptureRecord`, attached to the report as JSON primitives; where
+reports are collected (the plain session or the xdist controller) :func:`read_record`
+reads it back strictly and turns it into :class:`Failure` or :class:`PassedTest`, and
+:class:`Selection` decides which failures are healed (the others are :class:`Unselected`,
+with the reason). A test that crashed an xdist worker becomes a :func:`crash_failure`.
+Nothing here holds a live object.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pytest_kernelfix import kernels
 from pytest_kernelfix.capture.errors import ErrorInfo, Frame
 from pytest_kernelfix.capture.launches import KernelLaunch
 from pytest_kernelfix.config import SELECT_WORDS
+from pytest_kernelfix.fields import read
 from pytest_kernelfix.project import Project, is_within
 
 #: Name of the report attribute that carries the record (xdist serialises it as is).
@@ -180,6 +182,31 @@ def file_digest(path: str | os.PathLike[str]) -> str:
         return ""
 
 
+@dataclass(frozen=True)
+class CaptureRecord:
+    """What one call phase leaves on its report (``report.kernelfix``): whether the test is
+    marked ``kernel``, its file, the kernels it launched and, for a failure, the error and
+    the (path, sha256) of the project files it involves."""
+
+    kernel: bool
+    test_path: str
+    launches: tuple[KernelLaunch, ...] = ()
+    error: ErrorInfo | None = None
+    hashes: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON primitives, which xdist carries as they are (a pass has no error)."""
+        record: dict[str, Any] = {
+            "kernel": self.kernel,
+            "test_path": self.test_path,
+            "launches": [launch.to_json() for launch in self.launches],
+        }
+        if self.error is not None:
+            record["error"] = self.error.to_json()
+            record["hashes"] = [list(pair) for pair in self.hashes]
+        return record
+
+
 def report_record(
     *,
     kernel: bool,
@@ -189,28 +216,16 @@ def report_record(
     root: Path,
 ) -> dict[str, Any]:
     """The JSON-primitive record of one call phase, for ``report.kernelfix``."""
-    record: dict[str, Any] = {
-        "kernel": kernel,
-        "test_path": test_path,
-        "launches": [launch.to_json() for launch in launches],
-    }
-    if error is not None:
-        record["error"] = error.to_json()
-        record["hashes"] = [list(pair) for pair in involved_hashes(error, launches, root)]
-    return record
+    hashes = involved_hashes(error, launches, root) if error is not None else ()
+    return CaptureRecord(kernel, test_path, launches, error, hashes).to_json()
 
 
-def read_record(nodeid: str, record: dict[str, Any], longrepr: str) -> Failure | PassedTest:
-    """Rebuild a :class:`Failure` (a record with an error) or a :class:`PassedTest`."""
-    launches = tuple(KernelLaunch.from_json(item) for item in record.get("launches", ()))
-    if "error" not in record:
-        return PassedTest(nodeid, launches)
-    return Failure(
-        nodeid=nodeid,
-        test_path=str(record.get("test_path", "")),
-        error=ErrorInfo.from_json(record["error"]),
-        longrepr=longrepr,
-        launches=launches,
-        hashes=tuple((str(p), str(h)) for p, h in record.get("hashes", ())),
-        marked=bool(record.get("kernel")),
-    )
+def read_record(nodeid: str, record: Any, longrepr: str) -> Failure | PassedTest:
+    """Rebuild a :class:`Failure` (a record with an error) or a :class:`PassedTest`; a
+    record that is not a :class:`CaptureRecord` is a
+    :class:`~pytest_kernelfix.fields.FieldError` naming the bad field."""
+    captured = read(CaptureRecord, record)
+    if captured.error is None:
+        return PassedTest(nodeid, captured.launches)
+    return Failure(nodeid, captured.test_path, captured.error, longrepr, captured.launches,
+                   captured.hashes, marked=captured.kernel)

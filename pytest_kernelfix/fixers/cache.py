@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.fields import FieldError, read
 from pytest_kernelfix.fixers.answer import read_answer
 from pytest_kernelfix.fixers.base import Fixer, Proposal, ProposalRequest, Usage, is_free
 from pytest_kernelfix.locate.context import SourceFile
@@ -84,6 +85,23 @@ def answer_key(
 
 
 @dataclass(frozen=True)
+class _Tokens:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """An answer as it is stored (:meth:`CachedAnswer.to_json`)."""
+
+    format: int
+    response: str
+    usage: _Tokens
+    model: str = ""
+    cost: float = 0.0
+
+
+@dataclass(frozen=True)
 class CachedAnswer:
     """One stored answer: the raw text (redacted) and what it cost when it was bought."""
 
@@ -108,14 +126,12 @@ class CachedAnswer:
         """The entry, or None when it is not one this version wrote."""
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
             return None
-        raw, usage = data.get("response"), data.get("usage")
-        if not isinstance(raw, str) or not isinstance(usage, dict):
-            return None
         try:
-            return cls(raw, str(data.get("model", "")), int(usage.get("prompt_tokens", 0)),
-                       int(usage.get("completion_tokens", 0)), float(data.get("cost", 0.0)))
-        except (TypeError, ValueError):
+            entry = read(_Entry, data)
+        except FieldError:
             return None
+        return cls(entry.response, entry.model, entry.usage.prompt_tokens,
+                   entry.usage.completion_tokens, entry.cost)
 
 
 class AnswerCache:

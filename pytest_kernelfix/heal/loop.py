@@ -61,6 +61,7 @@ from pytest_kernelfix.heal.outcomes import (
 from pytest_kernelfix.locate.context import BugContext
 from pytest_kernelfix.locate.need import NeedAnswer
 from pytest_kernelfix.redact import redact
+from pytest_kernelfix.vocabulary import BugStatus
 
 _RAW_KEEP = 4000
 _ANALYSIS_KEEP = 300
@@ -195,7 +196,7 @@ class RoundLoop:
             self.on_round(record)
         return record
 
-    def end(self, status: str, reason: str, final: Mapping[str, str] | None = None
+    def end(self, status: BugStatus, reason: str, final: Mapping[str, str] | None = None
             ) -> HealResult:
         return HealResult(
             group_id=self.context.group_id,

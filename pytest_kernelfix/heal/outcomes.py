@@ -3,13 +3,14 @@ report share.
 
 They live apart from the loop (:mod:`pytest_kernelfix.heal.loop`) so that the stages which
 produce or read them (``verify``, ``guards``, ``report``) depend on data, not on the loop.
+The words among them (the statuses, the verdict and its kinds and phases) are defined in
+:mod:`pytest_kernelfix.vocabulary`; they are named here too, where the stages import them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from pytest_kernelfix.engine.diff import cumulative_diff
@@ -17,106 +18,21 @@ from pytest_kernelfix.engine.parse import Modification
 from pytest_kernelfix.fixers.base import FixerError, Message, Proposal, Usage
 from pytest_kernelfix.locate.change import Regression
 from pytest_kernelfix.redact import redact
+from pytest_kernelfix.vocabulary import BugStatus, Phase, VerdictKind
+from pytest_kernelfix.vocabulary import Verdict as Verdict
+from pytest_kernelfix.vocabulary import phase_text as phase_text
+from pytest_kernelfix.vocabulary import step_outcome as step_outcome
 
 if TYPE_CHECKING:  # the matcher (rapidfuzz, numpy) is not loaded to read a report
     from pytest_kernelfix.engine.files import EditOutcome
 
-HEALED, UNHEALED, SKIPPED = "healed", "unhealed", "skipped"
-#: The model said the failure is not a kernel bug (the test's own, the environment's).
-DECLINED = "declined"
-#: The only candidate that made the tests pass masks the kernel's unchanged output.
-MASKED = "masked"
-#: Every status a bug can end with, in report order.
-STATUSES = (HEALED, MASKED, UNHEALED, DECLINED, SKIPPED)
-
-
-class VerdictKind(str, Enum):
-    """What a verdict on a candidate says, most fundamental problem first."""
-
-    PASSED = "passed"  #: every check passed
-    TAMPERED = "tampered"  #: test or data files changed
-    TIMEOUT = "timeout"  #: the rerun did not finish
-    CRASH = "crash"  #: the test process died
-    COLLECTION = "collection"  #: the tests could not be collected
-    RERUN = "rerun"  #: the rerun itself could not say anything
-    FAILING = "failing"  #: failing tests still fail
-    REGRESSION = "regression"  #: tests that passed before fail
-    INTEGRITY = "integrity"  #: what the tests check with was changed while they ran
-    BYPASS = "bypass"  #: the tests pass without launching a kernel
-    GATE = "gate"  #: the kernel does not compile for a real GPU
-    INSENSITIVE = "insensitive"  #: the tests pass with the kernel's output poisoned
-    UNCERTIFIABLE = "uncertifiable"  #: the tests cannot tell a fix from a cheat
-    MASKED = "masked"  #: the kernel's output is unchanged; the candidate masks it
-
-    def __str__(self) -> str:
-        return self.value
-
-
+#: How a bug can end (:class:`~pytest_kernelfix.vocabulary.BugStatus`), by the names the
+#: stages import; every status, in report order.
+HEALED, MASKED, UNHEALED = BugStatus.HEALED, BugStatus.MASKED, BugStatus.UNHEALED
+DECLINED, SKIPPED = BugStatus.DECLINED, BugStatus.SKIPPED
+STATUSES = tuple(BugStatus)
 #: The verdict kind that ends a bug as skipped: its tests cannot tell a fix from a cheat.
 UNCERTIFIABLE = VerdictKind.UNCERTIFIABLE
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One step of verifying a candidate (or of triage): which tests it ran, how long it
-    took, how its tests ended (``results``: ``1 passed``, ``2 failed``...) and how the step
-    ended (``outcome``: ``passed``, ``ran`` for a run of the original code, or the
-    verdict kind that stopped there).
-
-    The two are not the same thing: with the kernel's output poisoned the tests must
-    fail for the step to pass. :func:`phase_text` says both, in the one wording the
-    terminal and the reports share.
-    """
-
-    name: str
-    nodeids: tuple[str, ...]
-    seconds: float
-    outcome: str
-    results: str = ""
-
-
-def step_outcome(outcome: str) -> str:
-    """A step's outcome in words: ``step passed``, ``step rejected (regression)`` or ``ran``
-    (a run of the original code, which judges nothing)."""
-    if outcome in ("ran", ""):
-        return "ran"
-    return "step passed" if outcome == "passed" else f"step rejected ({outcome})"
-
-
-def phase_text(phase: Phase) -> str:
-    """``sensitivity (nan): 1 test(s), 1 failed → step passed`` (a run of the original
-    code: ``baseline: 1 test(s), 1 failed``)."""
-    tests = f"{len(phase.nodeids)} test(s)" + (f", {phase.results}" if phase.results else "")
-    step = step_outcome(phase.outcome)
-    return f"{phase.name}: {tests}" + ("" if step == "ran" else f" → {step}")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How a candidate fared: ``ok`` only when every check passed.
-
-    ``summary`` is one line for the report; ``feedback`` is what the model is shown
-    next round (the new failure, the crash, the broken tests). ``kind`` names the
-    check that decided (:attr:`VerdictKind.PASSED` when ``ok``; a failed verdict given
-    no kind is :attr:`VerdictKind.FAILING`). ``notes`` are remarks on the candidate's
-    shape (torch math or arithmetic after the launch...) that reject nothing but go into
-    the report and to the model. A verdict of kind :data:`UNCERTIFIABLE` ends the bug as
-    skipped. ``phases`` are the steps the verification ran, in order.
-    """
-
-    ok: bool
-    summary: str
-    feedback: str = ""
-    kind: VerdictKind | None = None
-    notes: tuple[str, ...] = ()
-    phases: tuple[Phase, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind is None:
-            default = VerdictKind.PASSED if self.ok else VerdictKind.FAILING
-            object.__setattr__(self, "kind", default)
-        elif self.ok != (self.kind is VerdictKind.PASSED):
-            raise ValueError(f"a verdict with ok={self.ok} cannot be of kind {self.kind}")
 
 
 #: How much of one message, or of one answer, a round keeps (about 25k tokens): far more
@@ -204,7 +120,7 @@ class HealResult:
     """
 
     group_id: str
-    status: str
+    status: BugStatus
     reason: str
     rounds: tuple[RoundRecord, ...] = ()
     original: Mapping[str, str] = field(default_factory=dict)

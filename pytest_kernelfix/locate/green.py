@@ -20,10 +20,11 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pytest_kernelfix.atomic import replace_file
+from pytest_kernelfix.fields import read
 from pytest_kernelfix.locate.change import Change, FileChange
 from pytest_kernelfix.project import MAX_EDITABLE_BYTES, Project, walk_files
 
@@ -63,6 +64,21 @@ class GreenState:
     files: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class _Stored:
+    time: float
+    files: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _Index:
+    """``index.json``: each state by its id, and the state each test last passed at."""
+
+    version: int = VERSION
+    states: Mapping[str, _Stored] = field(default_factory=dict)
+    tests: Mapping[str, str] = field(default_factory=dict)
+
+
 class GreenStore:
     """The record in ``folder`` (``<pytest cache>/d/kernelfix-green``)."""
 
@@ -71,25 +87,22 @@ class GreenStore:
 
     # -- reading ---------------------------------------------------------------------
 
-    def _index(self) -> dict:
+    def _index(self) -> _Index:
+        """The record, or an empty one when there is none this version can read."""
         try:
-            data = json.loads((self.folder / INDEX).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {"version": VERSION, "states": {}, "tests": {}}
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            return {"version": VERSION, "states": {}, "tests": {}}
-        data.setdefault("states", {})
-        data.setdefault("tests", {})
-        return data
+            index = read(_Index, json.loads((self.folder / INDEX).read_text(encoding="utf-8")))
+        except (OSError, ValueError):  # none, or not one of ours (a FieldError)
+            return _Index()
+        return index if index.version == VERSION else _Index()
 
     def state(self, nodeid: str) -> GreenState | None:
         """The state at which ``nodeid`` last passed, if it is recorded."""
         index = self._index()
-        sid = index["tests"].get(nodeid)
-        state = index["states"].get(sid) if isinstance(sid, str) else None
-        if not isinstance(state, dict):
+        sid = index.tests.get(nodeid)
+        stored = index.states.get(sid) if sid is not None else None
+        if sid is None or stored is None:
             return None
-        return GreenState(sid, float(state.get("time", 0.0)), dict(state.get("files", {})))
+        return GreenState(sid, stored.time, dict(stored.files))
 
     def text(self, sha: str) -> str | None:
         try:
@@ -131,12 +144,10 @@ class GreenStore:
     def differs(self, project: Project, skip: Iterable[Path] = ()) -> bool:
         """Whether the project's files differ from the newest recorded state (a failure
         then has a change to bisect); False without a record."""
-        states = self._index()["states"]
-        newest = max((s for s in states.values() if isinstance(s, dict)),
-                     key=lambda s: float(s.get("time", 0.0)), default=None)
+        newest = max(self._index().states.values(), key=lambda s: s.time, default=None)
         if newest is None:
             return False
-        files = dict(newest.get("files", {}))
+        files = newest.files
         now = set(project_files(project, skip))
         if now != set(files):
             return True
@@ -170,12 +181,12 @@ class GreenStore:
             data[files[rel]] = content
         index = self._index()
         sid = digest(json.dumps(sorted(files.items())).encode())[:16]
-        index["states"][sid] = {"time": time.time() if now is None else now, "files": files}
-        for nodeid in nodeids:
-            index["tests"][nodeid] = sid
+        index = _Index(VERSION, {**index.states, sid: _Stored(
+            time.time() if now is None else now, files)}, {**index.tests, **dict.fromkeys(
+                nodeids, sid)})
         sizes = {path.name: path.stat().st_size for path in blobs.iterdir()}
         sizes.update((sha, len(content)) for sha, content in data.items())
-        kept = self._prune(index, sid, sizes)
+        index, kept = self._prune(index, sid, sizes)
         room = MAX_BYTES - sum(sizes[sha] for sha in kept if (blobs / sha).exists())
         for sha in sorted(kept - {path.name for path in blobs.iterdir()}):
             if sha in data and len(data[sha]) <= room:  # the newest state's files
@@ -184,27 +195,26 @@ class GreenStore:
         for path in blobs.iterdir():
             if path.name not in kept:
                 path.unlink(missing_ok=True)
-        replace_file(self.folder / INDEX, json.dumps(index).encode("utf-8"))
+        replace_file(self.folder / INDEX, json.dumps(asdict(index)).encode("utf-8"))
 
     @staticmethod
-    def _prune(index: dict, newest: str, sizes: Mapping[str, int]) -> set[str]:
+    def _prune(index: _Index, newest: str, sizes: Mapping[str, int]) -> tuple[_Index, set[str]]:
         """Keep the newest :data:`MAX_STATES` states some test passed at, and drop the
         oldest while their files' snapshots exceed :data:`MAX_BYTES` (the newest state
-        always stays); the snapshots the kept states hold."""
-        tests: dict[str, str] = index["tests"]
-        used = set(tests.values())
-        states = {sid: state for sid, state in index["states"].items() if sid in used}
-        kept = sorted(states, key=lambda sid: (sid != newest, -states[sid]["time"]))
+        always stays); the index kept, and the snapshots its states hold."""
+        used = set(index.tests.values())
+        states = {sid: state for sid, state in index.states.items() if sid in used}
+        kept = sorted(states, key=lambda sid: (sid != newest, -states[sid].time))
         kept = kept[:MAX_STATES]
 
         def held(sids: Iterable[str]) -> set[str]:
-            return {sha for sid in sids for sha in states[sid]["files"].values()}
+            return {sha for sid in sids for sha in states[sid].files.values()}
 
         while len(kept) > 1 and sum(sizes.get(sha, 0) for sha in held(kept)) > MAX_BYTES:
             kept.pop()
-        index["states"] = {sid: states[sid] for sid in kept}
-        index["tests"] = {nodeid: sid for nodeid, sid in tests.items() if sid in kept}
-        return held(kept)
+        return _Index(VERSION, {sid: states[sid] for sid in kept},
+                      {nodeid: sid for nodeid, sid in index.tests.items() if sid in kept}
+                      ), held(kept)
 
 
 def _read(path: Path) -> str | None:

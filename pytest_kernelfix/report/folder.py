@@ -1,5 +1,5 @@
 """The report dir and the cache dir, made with a ``.gitignore`` inside, as pytest makes
-its cache dir (``config.cache.mkdir``).
+its cache dir (``config.cache.mkdir``), and the files written into them in one step.
 
 Patches, reports, backups, locks and the answer cache are outputs, not source: the
 ``.gitignore`` (``*``) keeps them, and itself, out of the user's ``git status``, also
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from pytest_kernelfix.atomic import replace_file
 
 GITIGNORE = "# Created by pytest-kernelfix automatically.\n*\n"
 
@@ -32,3 +34,8 @@ def make_report_dir(report_dir: Path, rootdir: Path) -> Path:
 def _holds(folder: Path, rootdir: Path) -> bool:
     folder, rootdir = Path(os.path.realpath(folder)), Path(os.path.realpath(rootdir))
     return rootdir == folder or folder in rootdir.parents
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write an output file in one step: a reader never sees half of it."""
+    replace_file(path, text.encode("utf-8"))

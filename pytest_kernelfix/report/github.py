@@ -27,15 +27,15 @@ from typing import Any
 from pytest_kernelfix.heal.outcomes import DECLINED, HEALED, MASKED, SKIPPED
 from pytest_kernelfix.locate.change import REGRESSION, TEST_CHANGED
 from pytest_kernelfix.redact import redact
-from pytest_kernelfix.report.artifacts import (
+from pytest_kernelfix.report.folder import write_atomic
+from pytest_kernelfix.report.model import (
     BugReport,
     SessionReport,
     error_headline,
     healers,
     healing_patches,
-    repository_root,
-    write_atomic,
 )
+from pytest_kernelfix.report.patches import repository_root
 from pytest_kernelfix.report.unselected import select_hint, unselected_sentence
 
 SUGGESTIONS_FILE = "suggestions.rdjson"

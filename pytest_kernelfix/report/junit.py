@@ -35,7 +35,7 @@ import pytest
 from pytest_kernelfix.atomic import replace_file
 
 if TYPE_CHECKING:  # loaded at configure time: the report's imports wait for a report
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.report.publish import Published
 
 #: Characters XML 1.0 cannot hold, even escaped.
@@ -62,7 +62,7 @@ def junit_names(nodeid: str, prefix: str = "") -> Names:
 def bug_properties(report: SessionReport) -> dict[str, list[tuple[str, str]]]:
     """Node id -> the properties of its bug; ``kernelfix_patch`` once per patch that heals
     it (its own, or those of the bugs whose patch heals it too)."""
-    from pytest_kernelfix.report.artifacts import healing_patches
+    from pytest_kernelfix.report.model import healing_patches
 
     out: dict[str, list[tuple[str, str]]] = {}
     for bug in report.bugs:

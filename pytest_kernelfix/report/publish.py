@@ -14,18 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from filelock import FileLock
 
-from pytest_kernelfix.report.artifacts import (
-    SessionReport,
-    write_patches,
-    write_prompts,
-    write_reports,
-)
-from pytest_kernelfix.report.folder import make_report_dir
+from pytest_kernelfix.report.folder import make_report_dir, write_atomic
 from pytest_kernelfix.report.github import github_outputs, write_suggestions
+from pytest_kernelfix.report.json_report import report_json
+from pytest_kernelfix.report.markdown_report import report_markdown
+from pytest_kernelfix.report.model import SessionReport, round_prompt_file
+from pytest_kernelfix.report.patches import remove_stale_patches, write_patches
+from pytest_kernelfix.report.prompts import remove_stale_prompts, write_prompt_files
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,28 @@ class ReportFiles:
             write_reports(report)
             write_suggestions(report)
         return Published()
+
+
+def write_prompts(report: SessionReport) -> tuple[str, ...]:
+    """Write every round's prompt file (none with ``save_prompts`` off); their names."""
+    if not report.save_prompts:
+        return ()
+    rounds = ((bug.group.id, record) for bug in report.bugs for record in bug.result.rounds)
+    return write_prompt_files(report.report_dir, rounds)
+
+
+def write_reports(report: SessionReport) -> Mapping[str, Path]:
+    """Write report.json and report.md next to the patches and prompt files, and remove
+    those an earlier session left; returns the reports' paths."""
+    json_path = report.report_dir / "report.json"
+    md_path = report.report_dir / "report.md"
+    write_atomic(json_path, report_json(report))
+    write_atomic(md_path, report_markdown(report))
+    remove_stale_patches(report.report_dir, [b.patch_file for b in report.bugs if b.patch_file])
+    remove_stale_prompts(report.report_dir, [
+        name for bug in report.bugs for record in bug.result.rounds
+        if (name := round_prompt_file(bug, record, report.save_prompts))])
+    return {"json": json_path, "markdown": md_path}
 
 
 class GitHubActions:

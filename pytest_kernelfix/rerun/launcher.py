@@ -1,4 +1,4 @@
-"""Rerun a few nodeids in a sandbox, in a child process, and read back what happened.
+"""What a rerun is, what reruns cost, and how one rerun child process starts and ends.
 
 A candidate kernel can hang, abort or segfault the interpreter (an unmasked
 ``tl.load`` corrupts the heap), so tests run in a child process in its own process
@@ -7,41 +7,31 @@ writes each finished test to a JSON file as it goes: what finished before a cras
 still known (:mod:`pytest_kernelfix.rerun.report`). The options of the suite that
 would break a rerun of a few nodeids are left out (:mod:`pytest_kernelfix.rerun.args`).
 
-:class:`Reruns` is the session's runner and the one owner of its warm servers
-(:mod:`pytest_kernelfix.rerun.server`): a child is forked from one where it can be
-(``RerunSetup.mode``: ``auto``, ``fork``), else it is a fresh ``python -c`` subprocess;
-the result says which. :func:`run_tests` runs one rerun: its tests split across up to
-``RerunSetup.jobs`` children at the same time where they are enough to pay for it
-(:mod:`pytest_kernelfix.rerun.split`), each child watched by a thread of the caller.
+:func:`launch` starts a child the setup's way (``RerunSetup.mode``): forked from a warm
+server of the session's pool (:mod:`pytest_kernelfix.rerun.server`) where it can be,
+else a fresh ``python -c`` subprocess; it says which, and how the child ended. Every
+child is a phased child (:mod:`pytest_kernelfix.rerun.phased`); the session's runner is
+:class:`pytest_kernelfix.rerun.runner.Reruns`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_kernelfix.project import is_within
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
-from pytest_kernelfix.rerun.report import (
-    FinishedTests,
-    RerunResult,
-    fold_events,
-    read_events,
-    signal_name,
-)
+from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.server import (
     ForkResult,
     ForkUnavailable,
@@ -50,23 +40,11 @@ from pytest_kernelfix.rerun.server import (
     unavailable_reason,
 )
 from pytest_kernelfix.rerun.server.wire import exited, kill_group
-from pytest_kernelfix.rerun.split import (
-    Part,
-    merge_parts,
-    min_tests_per_child,
-    split_nodeids,
-    stops_early,
-)
-
-if TYPE_CHECKING:
-    from pytest_kernelfix.rerun.phased import PhasedChild
 
 #: How much of the child's merged stdout/stderr a result keeps (of all its children's).
 OUTPUT_TAIL = 8 * 1024
 #: Seconds between two calls of a rerun's progress callback (none for a shorter rerun).
 PROGRESS_EVERY = 10.0
-#: Seconds between two looks at a rerun's cancel event.
-CANCEL_POLL = 0.1
 
 #: Called while a rerun runs: (tests finished, tests in the rerun, seconds since it began).
 RerunProgress = Callable[[int, int, float], None]
@@ -118,8 +96,8 @@ class RerunSpec:
     ``probe`` says what the child measures besides the outcomes: poisoned kernel outputs
     (a sensitivity rerun), guarded checks, launch fingerprints
     (:class:`~pytest_kernelfix.rerun.plan.ProbePlan`). ``stop_early`` ends the run at the
-    first test that fails (``--exitfirst``; with several children, the others are
-    stopped): the tests not finished by then get no outcome. ``progress`` is called every
+    first test that fails (with several children, the others are stopped): the tests not
+    finished by then get no outcome. ``progress`` is called every
     :data:`PROGRESS_EVERY` seconds while the rerun runs, from the caller's thread. Once
     ``cancel`` is set (the session was interrupted) the children are stopped, as at a
     ``stop_early`` stop; the caller knows its result is of no use.
@@ -166,10 +144,10 @@ def child_env(base: Mapping[str, str], setup: RerunSetup, plan_file: Path) -> di
     return env
 
 
-def child_dirs(spec: RerunSpec) -> tuple[Path, Path]:
+def child_dirs(setup: RerunSetup, sandbox_root: Path) -> tuple[Path, Path]:
     """The child's rootdir and working directory: the sandbox twins of pytest's rootdir
     and of where pytest ran (of the rootdir, when pytest ran outside the project)."""
-    sandbox, original, setup = Path(spec.sandbox_root), Path(spec.original_root), spec.setup
+    sandbox, original = Path(sandbox_root), Path(setup.original_root)
 
     def twin(path: Path | None) -> Path | None:
         if path is None or not is_within(path, original):
@@ -193,7 +171,7 @@ def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
     sandbox = Path(spec.sandbox_root)
     original = Path(spec.original_root)
     setup = spec.setup
-    rootdir, cwd = child_dirs(spec)
+    rootdir, cwd = child_dirs(setup, sandbox)
     addopts = map_root_paths(filter_addopts(setup.addopts), original, sandbox)
     command = [
         python, "-c", BOOTSTRAP, *(_from(cwd, rootdir, nodeid) for nodeid in spec.nodeids),
@@ -209,13 +187,12 @@ def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
         "--continue-on-collection-errors",
         *map_root_paths(setup.extra_args, original, sandbox),
     ]
-    if spec.stop_early:
-        command.append("--exitfirst")
     return command
 
 
 def rerun_plan(spec: RerunSpec, work: Path) -> RerunPlan:
-    """What the agent reads: the roots to map imports between, where to write, the device."""
+    """What the agent reads: the roots to map imports between, where to write, the
+    device, what to install before collection, and the file its phases come in."""
     return RerunPlan(
         original_root=str(spec.original_root),
         sandbox_root=str(spec.sandbox_root),
@@ -224,183 +201,36 @@ def rerun_plan(spec: RerunSpec, work: Path) -> RerunPlan:
         nodeids=spec.nodeids,
         device=spec.setup.device,
         probe=spec.probe,
+        control=str(work / "commands.jsonl"),
     )
 
 
-# -- running ---------------------------------------------------------------------------
+# -- starting and ending a child --------------------------------------------------------
 
 
-def run_tests(spec: RerunSpec, *, python: str = sys.executable,
-              pool: ServerPool | None = None) -> RerunResult:
-    """Run ``spec.nodeids`` in the sandbox; never raises for what happens in a child.
-
-    The tests are split across up to ``spec.setup.jobs`` children that run at the same
-    time where they are enough to pay for each child's start
-    (:func:`~pytest_kernelfix.rerun.split.split_nodeids`), each forked from
-    ``pool``'s warm server where the setup allows it (without a pool, or where forking
-    is refused, a fresh subprocess), each under its own timeout; their results come back
-    as one, in test order (:func:`~pytest_kernelfix.rerun.split.merge_parts`). With
-    ``stop_early`` the first child whose test fails stops the others; a set
-    ``spec.cancel`` stops them all.
-    """
-    done: queue.SimpleQueue[_Child] = queue.SimpleQueue()
-    children: list[_Child] = []
-    fresh = pool is None or bool(unavailable_reason(spec.setup.mode))
-    started = time.monotonic()
-    try:
-        for nodeids in split_nodeids(spec.nodeids, spec.setup.jobs,
-                                     min_tests_per_child(fresh=fresh)):
-            children.append(_Child(replace(spec, nodeids=nodeids, progress=None), done))
-        for child in children:
-            child.start(python, pool)
-        _follow(spec, children, done, started)
-    finally:
-        _close(children)
-    parts = [Part(child.spec.nodeids, child.result, child.stopped)
-             for child in children if child.result is not None]
-    return merge_parts(parts, seconds=time.monotonic() - started, output_budget=OUTPUT_TAIL)
-
-
-class _Child:
-    """One child process of a rerun, run to its end by a thread of the caller: its
-    share of the tests, its work directory, what it reported."""
-
-    def __init__(self, spec: RerunSpec, done: queue.SimpleQueue[_Child]) -> None:
-        self.spec = spec
-        self.done = done
-        self.work = Path(tempfile.mkdtemp(prefix="kernelfix-rerun-"))
-        self.finished = FinishedTests(self.work / "results.jsonl")
-        self.stop = threading.Event()
-        self.result: RerunResult | None = None
-        self.stopped = False
-        self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(self, python: str, pool: ServerPool | None) -> None:
-        self.thread = threading.Thread(target=self._run, args=(python, pool),
-                                       name="kernelfix-rerun", daemon=True)
-        self.thread.start()
-
-    def _run(self, python: str, pool: ServerPool | None) -> None:
-        try:
-            self.result, self.stopped = _run_child(self.spec, self.work, python, pool,
-                                                   self.stop)
-        except BaseException as error:  # raised in the caller's thread by _follow
-            self.error = error
-        finally:
-            self.done.put(self)
-
-    def close(self) -> None:
-        """Stop the child if it still runs, wait for its thread, remove its directory
-        (removed even when the wait is interrupted: the child is being stopped)."""
-        self.stop.set()
-        try:
-            if self.thread is not None:
-                self.thread.join()
-        finally:
-            shutil.rmtree(self.work, ignore_errors=True)
-
-
-def _close(children: Sequence[_Child]) -> None:
-    """Close every child, even when closing one is interrupted (Ctrl-C, SIGTERM); the
-    first interruption is raised once all are closed."""
-    stopped: BaseException | None = None
-    for child in children:
-        try:
-            child.close()
-        except BaseException as error:
-            stopped = stopped or error
-    if stopped is not None:
-        raise stopped
-
-
-def _follow(spec: RerunSpec, children: Sequence[_Child], done: queue.SimpleQueue[_Child],
-            started: float) -> None:
-    """Wait for every child; tell ``spec.progress`` how far they are, stop the others
-    when one fails a ``stop_early`` rerun, raise what a child's thread raised."""
-    progress = spec.progress
-    total = sum(len(child.spec.nodeids) for child in children)
-    waiting = len(children)
-    tick = started + PROGRESS_EVERY
-    while waiting:
-        timeout = None if progress is None else max(0.0, tick - time.monotonic())
-        if spec.cancel is not None:
-            if spec.cancel.is_set():
-                for child in children:
-                    child.stop.set()
-            timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
-        try:
-            child = done.get(timeout=timeout)
-        except queue.Empty:  # a progress callback's time, or a look at the cancel event
-            if progress is not None and time.monotonic() >= tick:
-                finished = sum(other.finished.count() for other in children)
-                progress(min(finished, total), total, time.monotonic() - started)
-                tick = time.monotonic() + PROGRESS_EVERY
-            continue
-        waiting -= 1
-        if child.error is not None:
-            raise child.error
-        if spec.stop_early and child.result is not None and stops_early(child.result):
-            for other in children:
-                other.stop.set()
-
-
-def _run_child(spec: RerunSpec, work: Path, python: str, pool: ServerPool | None,
-               stop: threading.Event) -> tuple[RerunResult, bool]:
-    """One child for all of ``spec``: its result, and whether ``stop`` ended it."""
-    plan_file = work / "plan.json"
-    log = work / "output.log"
-    plan = rerun_plan(spec, work)
-    plan.write(plan_file)
-    start = time.monotonic()
-    mode, fallback, ended = _launch(
-        spec, build_command(spec, python), child_env(os.environ, spec.setup, plan_file), log,
-        python, pool, stop)
-    seconds = time.monotonic() - start
-    events = read_events(Path(plan.output))
-    output = _tail(log, OUTPUT_TAIL)
-    unsandbox = _path_mapper(Path(spec.sandbox_root), Path(spec.original_root))
-    child = fold_events(unsandbox(events))
-    result = RerunResult(
-        outcomes=child.tests,
-        returncode=ended.returncode,
-        timed_out=ended.timed_out,
-        signal="" if ended.timed_out or ended.stopped else signal_name(ended.returncode),
-        output=unsandbox(output),
-        seconds=seconds,
-        collection_errors=child.collection_errors,
-        running=child.running,
-        report=child.report,
-        running_launches=child.running_launches,
-        mode=mode,
-        fallback=fallback,
-        report_error=child.report_error,
-    )
-    return result, ended.stopped
-
-
-def _launch(spec: RerunSpec, command: list[str], env: Mapping[str, str], log: Path,
-            python: str, pool: ServerPool | None, stop: threading.Event
-            ) -> tuple[str, str, ForkResult]:
-    """Start the child the setup's way: (mode, why not forked, how it ended)."""
-    cwd = child_dirs(spec)[1]
+def launch(setup: RerunSetup, sandbox_root: Path, command: list[str], env: Mapping[str, str],
+           log: Path, *, timeout: float, python: str, pool: ServerPool | None,
+           stop: threading.Event) -> tuple[str, str, ForkResult]:
+    """Run a child to its end (its exit, ``timeout``, or ``stop``) the setup's way:
+    (mode, why it was not forked, how it ended)."""
+    cwd = child_dirs(setup, sandbox_root)[1]
     env = {**env, LAUNCHED_ENV: repr(time.time())}  # the child's phase timings start here
-    server, why = _server(spec.setup, env, python, pool)
+    server, why = server_for(setup, env, python, pool)
     if server is not None:
         try:
             return "fork", "", server.run(command[3:], cwd=cwd, env=env, log=log,
-                                          timeout=spec.setup.timeout, stop=stop,
-                                          nice=spec.setup.nice)
+                                          timeout=timeout, stop=stop, nice=setup.nice)
         except ForkUnavailable as error:
             why = str(error)
-    ended = _run_group(command, cwd=cwd, env=env, timeout=spec.setup.timeout, log=log,
-                       stop=stop, nice=spec.setup.nice)
-    return "subprocess", "" if spec.setup.mode == "subprocess" else why, ended
+    ended = run_group(command, cwd=cwd, env=env, timeout=timeout, log=log,
+                      stop=stop, nice=setup.nice)
+    return "subprocess", "" if setup.mode == "subprocess" else why, ended
 
 
-def _server(setup: RerunSetup, env: Mapping[str, str], python: str,
-            pool: ServerPool | None) -> tuple[RerunServer | None, str]:
-    """The rerun server for these reruns, or None and why they will not fork."""
+def server_for(setup: RerunSetup, env: Mapping[str, str], python: str,
+               pool: ServerPool | None) -> tuple[RerunServer | None, str]:
+    """The rerun server for these reruns (started if need be), or None and why they will
+    not fork."""
     why = unavailable_reason(setup.mode) or ("" if pool is not None else "no warm server "
                                              "was given for this rerun")
     if why or pool is None:
@@ -409,48 +239,6 @@ def _server(setup: RerunSetup, env: Mapping[str, str], python: str,
         return pool.server_for(python, env, Path(setup.original_root)), ""
     except ForkUnavailable as error:
         return None, str(error)
-
-
-class Reruns:
-    """How a session reruns tests, and the one owner of its warm servers.
-
-    Call it with a :class:`RerunSpec` (it is a runner); :meth:`prestart` starts the
-    server early so its imports overlap other work; :meth:`close` ends every server it
-    started (use it as a context manager).
-    """
-
-    def __init__(self, *, python: str = sys.executable) -> None:
-        self.python = python
-        self.pool = ServerPool()
-
-    def __call__(self, spec: RerunSpec) -> RerunResult:
-        return run_tests(spec, python=self.python, pool=self.pool)
-
-    def open(self, setup: RerunSetup, sandbox_root: Path, nodeids: Sequence[str]
-             ) -> PhasedChild | None:
-        """A child that collects ``nodeids`` once and runs phases on request
-        (:mod:`pytest_kernelfix.rerun.phased`); None where reruns do not fork (its phases
-        fork from it), so each phase is a one-shot rerun."""
-        if unavailable_reason(setup.mode):
-            return None
-        from pytest_kernelfix.rerun.phased import PhasedChild
-
-        return PhasedChild(setup, sandbox_root, nodeids, python=self.python, pool=self.pool)
-
-    def prestart(self, setup: RerunSetup) -> None:
-        """Start the server for ``setup`` now (one that cannot start is found again, and
-        reported, by the first rerun)."""
-        _server(setup, child_env(os.environ, setup, Path(os.devnull)), self.python,
-                self.pool)
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def __enter__(self) -> Reruns:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 @dataclass(frozen=True)
@@ -511,7 +299,7 @@ class RerunStats:
                           self.children + other.children)
 
 
-def _run_group(
+def run_group(
     command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path,
     stop: threading.Event | None = None, nice: int = 0,
 ) -> ForkResult:
@@ -566,17 +354,18 @@ def _has_exited(process: subprocess.Popen[bytes]) -> bool:
     return exited(process.pid)
 
 
-def _tail(path: Path, size: int) -> str:
+def read_tail(path: Path, size: int, offset: int = 0) -> str:
+    """The last ``size`` bytes of ``path`` written after ``offset``, as text."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - size))
+            handle.seek(max(offset, handle.tell() - size))
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
 
 
-def _path_mapper(sandbox: Path, original: Path) -> Callable[[Any], Any]:
+def path_mapper(sandbox: Path, original: Path) -> Callable[[Any], Any]:
     """A function that rewrites sandbox paths to original ones in text and JSON data."""
     pairs = [(str(sandbox), str(original))]
     real = os.path.realpath(sandbox)

@@ -2,13 +2,15 @@
 
 The session writes the plan as JSON beside each rerun and names the file in
 :data:`PLAN_ENV`; the child's agent reads it before pytest starts. Both sides build and
-read it through these classes only, so a renamed field or a changed default cannot
-silently turn off the interpreter, the CPU shim or the compile gate in the child: a plan
-of another version, or with a missing field, is refused with a :class:`PlanError`.
+read it through these classes only (:func:`pytest_kernelfix.fields.read`), so a renamed
+field or a changed default cannot silently turn off the interpreter, the CPU shim or the
+compile gate in the child: a plan of another version, with a missing or unknown field or a
+value of the wrong type, is refused with a :class:`PlanError`.
 
-A plan with a ``control`` file makes a *phased* child: it collects its nodeids once and
-then runs what each :class:`PhaseCommand` appended to that file asks, one phase after
-another (:mod:`pytest_kernelfix.rerun.child.phases`).
+Every child is *phased*: it collects its nodeids once, says so (:class:`Ready`), then
+runs what each :class:`PhaseCommand` appended to the plan's ``control`` file asks, one
+phase after another, and says how each ended (:class:`PhaseEnd`)
+(:mod:`pytest_kernelfix.rerun.child.phases`).
 
 Import-light (standard library only): the child reads it before anything else.
 """
@@ -22,10 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.fields import FieldError, read
 from pytest_kernelfix.target import DEFAULT_CAPABILITY, capability_of, gate_enabled
 
 #: Bumped whenever a field changes meaning; a child refuses any other version.
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 #: How a sensitivity rerun replaces what each project kernel wrote, right after each
 #: launch: NaN (floats) or a sentinel (integers; booleans are flipped), or the written
 #: values scrambled into other finite values. "" runs the tests as they are.
@@ -112,9 +115,9 @@ class RerunPlan:
     """Everything the child's agent needs: roots to map imports between, where to write
     outcomes, which tests, the device, and what to probe (:class:`ProbePlan`).
 
-    ``control`` ("" for a one-shot rerun) is the commands file of a phased child: the
-    child collects ``nodeids`` (with every check guarded, switched on per phase), then
-    runs the phases appended there (:class:`PhaseCommand`); ``probe`` is then unused.
+    ``control`` is the commands file: the child collects ``nodeids`` with what ``probe``
+    installs (reach mode guards every check, switched on per phase), then runs the phases
+    appended there (:class:`PhaseCommand`), each probed as it says.
     """
 
     original_root: str
@@ -135,7 +138,8 @@ class RerunPlan:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RerunPlan:
+    def from_json(cls, data: Any) -> RerunPlan:
+        """Read a plan strictly: its version first, then every field, all of them written."""
         if not isinstance(data, Mapping):
             raise PlanError("a rerun plan must be a JSON object")
         version = data.get("version")
@@ -143,51 +147,24 @@ class RerunPlan:
             raise PlanError(f"rerun plan version {version!r} is not {PLAN_VERSION}: the "
                             "session and its rerun child run different plugin versions")
         try:
-            device = dict(data["device"])
-            probe = dict(data["probe"])
-            major, minor = device["capability"]
-            return cls(
-                original_root=str(data["original_root"]),
-                sandbox_root=str(data["sandbox_root"]),
-                output=str(data["output"]),
-                alias_dir=str(data["alias_dir"]),
-                nodeids=tuple(str(n) for n in data["nodeids"]),
-                device=DevicePlan(
-                    interpret=_bool(device["interpret"]),
-                    cuda_shim=_bool(device["cuda_shim"]),
-                    capability=(int(major), int(minor)),
-                    gate_target=str(device["gate_target"]),
-                    cache_dir=str(device["cache_dir"]),
-                ),
-                probe=probe_from_json(probe),
-                control=str(data["control"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise PlanError(f"rerun plan is incomplete or malformed: {error!r}") from None
+            return read(cls, data, complete=True)
+        except FieldError as error:
+            raise PlanError(f"rerun plan is incomplete or malformed: {error}") from None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json()), encoding="utf-8")
 
 
-def probe_from_json(data: Mapping[str, Any]) -> ProbePlan:
-    return ProbePlan(
-        poison=str(data["poison"]),
-        kernels=tuple(str(k) for k in data["kernels"]),
-        reach=_bool(data["reach"]),
-        fingerprint=_bool(data["fingerprint"]),
-    )
-
-
 @dataclass(frozen=True)
 class PhaseCommand:
-    """One phase of a phased child: run these tests, probed so, and say how it ended.
+    """One phase of a rerun child: run these tests, probed so, and say how it ended.
 
     ``slices`` are consecutive runs of the phase's tests, each run by its own process
     forked from the child (at the same time); ``stop_early`` ends a slice at its first
     failing test and, once one has, the other slices; ``timeout`` bounds the whole phase.
     Each slice writes its events to its own results file (:func:`phase_results`); the
-    output of every slice goes to the child's log. ``end`` (no tests) asks the child to
-    finish.
+    output of every slice goes to the child's log. ``end`` makes it the child's last
+    phase: it runs in the child itself, which then ends (with no tests, it only ends).
     """
 
     index: int
@@ -206,29 +183,56 @@ class PhaseCommand:
                 "version": PLAN_VERSION}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PhaseCommand:
+    def from_json(cls, data: Any) -> PhaseCommand:
         if not isinstance(data, Mapping) or data.get("version") != PLAN_VERSION:
             raise PlanError("a phase command of another plugin version")
         try:
-            return cls(index=int(data["index"]), name=str(data["name"]),
-                       slices=tuple(tuple(str(n) for n in part) for part in data["slices"]),
-                       probe=probe_from_json(dict(data["probe"])),
-                       stop_early=_bool(data["stop_early"]), timeout=float(data["timeout"]),
-                       end=_bool(data["end"]))
-        except (KeyError, TypeError, ValueError) as error:
-            raise PlanError(f"phase command is malformed: {error!r}") from None
+            return read(cls, data, complete=True, ignore=("version",))
+        except FieldError as error:
+            raise PlanError(f"phase command is malformed: {error}") from None
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A phased child's first event: the tests it collected, and whether it can fork its
+    phases (``why`` not, when it cannot)."""
+
+    nodeids: tuple[str, ...]
+    fork: bool
+    why: str = ""
+
+    @classmethod
+    def from_json(cls, event: Any) -> Ready:
+        return read(cls, event, ignore=("event",))
+
+
+@dataclass(frozen=True)
+class SliceEnd:
+    """How one slice of a phase ended: its exit status, and whether the phase's timeout
+    (``timed_out``) or another slice's failure (``stopped``) ended it."""
+
+    returncode: int
+    timed_out: bool = False
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class PhaseEnd:
+    """A phased child's event at the end of phase ``index``: how each slice ended, in
+    order."""
+
+    index: int
+    slices: tuple[SliceEnd, ...]
+
+    @classmethod
+    def from_json(cls, event: Any) -> PhaseEnd:
+        return read(cls, event, ignore=("event",))
 
 
 def phase_results(output: str | Path, index: int, part: int) -> Path:
     """The results file of slice ``part`` of phase ``index`` of a phased child whose own
     results file is ``output``."""
     return Path(output).parent / f"results-{index}-{part}.jsonl"
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, got {value!r}")
-    return value
 
 
 def load_plan(environ: Mapping[str, str] = os.environ) -> RerunPlan | None:

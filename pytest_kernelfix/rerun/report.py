@@ -6,7 +6,9 @@ The child's agent appends one JSON line per event to its results file as they ha
 report each time it changes), so a crash mid-run leaves what finished readable.
 :func:`read_child_output` folds those lines into a :class:`ChildOutput`;
 :class:`ChildReport` is strict like the plan: another version, an unknown key or a
-value of the wrong type is a :class:`ReportError`, never a silently missing field.
+value of the wrong type is a :class:`ReportError`, never a silently missing field. Every
+event is read as strictly (:func:`pytest_kernelfix.fields.read`): one that cannot be read
+is the rerun's ``report_error``, never an exception.
 
 Import-light (the standard library and the plugin's own data types): the child imports
 it before pytest collects.
@@ -21,10 +23,11 @@ import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pytest_kernelfix.capture.errors import ErrorInfo
 from pytest_kernelfix.capture.launches import KernelLaunch
+from pytest_kernelfix.fields import FieldError, read
 
 #: Bumped whenever a field of :class:`ChildReport` changes meaning.
 REPORT_VERSION = 1
@@ -32,6 +35,7 @@ REPORT_VERSION = 1
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
 
 _CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+_Read = TypeVar("_Read")
 
 
 class ReportError(ValueError):
@@ -65,9 +69,7 @@ class CheckSite:
 
     @classmethod
     def from_json(cls, data: Any) -> CheckSite:
-        line, reads, taint, runs, failures, outcomes, *taints = data
-        return cls(int(line), int(reads), str(taint), int(runs), int(failures), str(outcomes),
-                   str(taints[0]) if taints else "")
+        return read(cls, data)
 
     def tainted(self, run: int) -> bool:
         """Run ``run`` of this check read poison (in part or whole)."""
@@ -128,14 +130,8 @@ class Probe:
                 "blind": self.blind}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Probe:
-        return cls(int(data.get("project_launches", 0)), int(data.get("poisoned", 0)),
-                   int(data.get("checks", 0)), str(data.get("taint", "")),
-                   tuple(CheckSite.from_json(item) for item in data.get("sites", ())),
-                   bool(data.get("reach", False)),
-                   tuple(Fingerprint(str(k), str(i), str(o))
-                         for k, i, o in data.get("fingerprints", ())),
-                   int(data.get("blind", 0)))
+    def from_json(cls, data: Any) -> Probe:
+        return read(cls, data)
 
 
 @dataclass(frozen=True)
@@ -174,23 +170,6 @@ class TestOutcome:
             "probe": None if self.probe is None else self.probe.to_json(),
         }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TestOutcome:
-        error = data.get("error")
-        probe = data.get("probe")
-        return cls(
-            nodeid=str(data["nodeid"]),
-            outcome=data["outcome"],
-            phase=str(data.get("phase", "")),
-            longrepr=str(data.get("longrepr", "")),
-            error=None if error is None else ErrorInfo.from_json(error),
-            launch_count=int(data.get("launch_count", 0)),
-            launches=tuple(KernelLaunch.from_json(item) for item in data.get("launches", ())),
-            duration=float(data.get("duration", 0.0)),
-            integrity=tuple(str(item) for item in data.get("integrity", ())),
-            probe=None if probe is None else Probe.from_json(probe),
-        )
-
 
 @dataclass(frozen=True)
 class GateResult:
@@ -214,17 +193,8 @@ class GateResult:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GateResult:
-        return cls(
-            kernel=str(data["kernel"]),
-            file=str(data["file"]),
-            line=int(data["line"]),
-            ok=bool(data["ok"]),
-            error=str(data.get("error", "")),
-            shared=int(data.get("shared", 0)),
-            seconds=float(data.get("seconds", 0.0)),
-            cached=bool(data.get("cached", False)),
-        )
+    def from_json(cls, data: Any) -> GateResult:
+        return read(cls, data)
 
 
 @dataclass(frozen=True)
@@ -287,30 +257,10 @@ class ChildReport:
             raise ReportError(f"rerun child report version {version!r} is not "
                               f"{REPORT_VERSION}: the session and its child run different "
                               "plugin versions")
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ReportError(f"rerun child report has unknown keys: {', '.join(unknown)}")
         try:
-            gate = data.get("gate")
-            counts = data.get("compile_cache")
-            mapping = data.get("import_mapping")
-            bf16 = data.get("bf16_exact")
-            return cls(
-                launch_recording=_bool(data.get("launch_recording", False)),
-                launch_recording_error=_str(data.get("launch_recording_error", "")),
-                bf16_exact=None if bf16 is None else _bool(bf16),
-                integrity_error=_str(data.get("integrity_error", "")),
-                gate=None if gate is None else tuple(GateResult.from_json(g) for g in gate),
-                compile_cache=None if counts is None else CompileCounts(
-                    int(counts["hits"]), int(counts["misses"])),
-                phases={str(k): float(v) for k, v in dict(data.get("phases", {})).items()},
-                poison_errors=tuple(_str(e) for e in data.get("poison_errors", ())),
-                import_mapping=None if mapping is None else ImportMapping(
-                    tuple(_str(p) for p in mapping["sys_path"]),
-                    tuple(_str(m) for m in mapping["redirected"])),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise ReportError(f"rerun child report is malformed: {error!r}") from None
+            return read(cls, data)
+        except FieldError as error:
+            raise ReportError(f"rerun child report is malformed: {error}") from None
 
     def merged(self, other: ChildReport) -> ChildReport:
         """Two reruns' reports as one: the gate verdicts of both, the rest of ``other``
@@ -328,18 +278,6 @@ class ChildReport:
             bf16_exact=other.bf16_exact if other.bf16_exact is not None else self.bf16_exact,
             poison_errors=tuple(dict.fromkeys(self.poison_errors + other.poison_errors)),
         )
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -434,21 +372,35 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> ChildOutput:
             report = event.get("report")
         elif kind == "launch" and isinstance(event.get("launch"), dict):
             launched.setdefault(str(event.get("nodeid", "")), []).append(event["launch"])
-    child, problem = ChildReport(), ""
+    child, problems = ChildReport(), []
     if report is not None:
         try:
             child = ChildReport.from_json(report)
         except ReportError as error:
-            problem = str(error)
+            problems.append(str(error))
+    outcomes = [_readable(TestOutcome, item, f"the test event of {nodeid}", problems)
+                for nodeid, item in tests.items()]
+    running_launches = [_readable(KernelLaunch, item, f"a launch event of {running}", problems)
+                        for item in launched.get(running, [])] if running else []
     return ChildOutput(
-        tests=tuple(TestOutcome.from_json(item) for item in tests.values()),
+        tests=tuple(outcome for outcome in outcomes if outcome is not None),
         collection_errors=tuple(errors),
         report=child,
         running=running,
-        running_launches=tuple(KernelLaunch.from_json(item)
-                               for item in launched.get(running, [])) if running else (),
-        report_error=problem,
+        running_launches=tuple(launch for launch in running_launches if launch is not None),
+        report_error="; ".join(problems),
     )
+
+
+def _readable(cls: type[_Read], data: Mapping[str, Any], what: str, problems: list[str]
+              ) -> _Read | None:
+    """``data`` read as ``cls`` (an event's name aside), or None with the problem noted: a
+    malformed event is the rerun's error, never an exception."""
+    try:
+        return read(cls, data, ignore=("event",))
+    except FieldError as error:
+        problems.append(f"{what} is malformed: {error}")
+        return None
 
 
 def read_child_output(path: Path) -> ChildOutput:

@@ -2,7 +2,7 @@
 
 A rerun of many tests is split into consecutive slices of its nodeids (a test module's
 tests mostly stay in one child, which imports only its own modules), one child per slice,
-run at the same time (:func:`pytest_kernelfix.rerun.launcher.run_tests`). Every child
+run at the same time (:func:`pytest_kernelfix.rerun.runner.run_tests`). Every child
 pays for its own start: pytest's configuration, the agent, the collection and imports of
 its test modules, the compile gate and its exit. For a child forked from the warm server
 on the interpreter that is 0.7 to 1.7 s of a core, what six small kernel tests take; a

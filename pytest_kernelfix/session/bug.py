@@ -61,6 +61,7 @@ from pytest_kernelfix.session.inputs import SessionInputs, Stages
 from pytest_kernelfix.verify.culprit import find_culprits
 from pytest_kernelfix.verify.triage import raised_in_kernel
 from pytest_kernelfix.verify.verifier import Verifier
+from pytest_kernelfix.vocabulary import StepOutcome
 
 
 def heal_bug(group: BugGroup, inputs: SessionInputs, sandbox: Sandbox, stages: Stages,
@@ -293,7 +294,8 @@ def trial_phases(regression: Regression | None) -> tuple[Phase, ...]:
     if regression is None:
         return ()
     return tuple(Phase(f"culprit search ({len(trial.reverted)} hunk(s) reverted)",
-                       trial.tests or (regression.test,), trial.seconds, "ran", trial.outcome)
+                       trial.tests or (regression.test,), trial.seconds, StepOutcome.RAN,
+                       trial.outcome)
                  for trial in regression.trials)
 
 

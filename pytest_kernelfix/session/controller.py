@@ -53,7 +53,8 @@ from pytest_kernelfix.device import is_xdist_controller
 from pytest_kernelfix.locate.base import Changes, resolve_changes
 from pytest_kernelfix.locate.green import GreenStore
 from pytest_kernelfix.redact import redact
-from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
+from pytest_kernelfix.rerun.launcher import RerunSetup
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.session.helper import Helper, Session, Start
 from pytest_kernelfix.session.inputs import SessionInputs, Stages
 from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, install_sigterm, shielded
@@ -61,7 +62,7 @@ from pytest_kernelfix.session.start import configured_fixer, rerun_setup, sessio
 
 if TYPE_CHECKING:
     from pytest_kernelfix.fixers.base import Fixer
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.report.publish import Sink
 
 
@@ -415,7 +416,7 @@ class HealingController:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         # start-up: the summary's writers load only for a session that has one to print
-        from pytest_kernelfix.report.artifacts import summary_lines
+        from pytest_kernelfix.report.terminal import summary_lines
         from pytest_kernelfix.report.unselected import unselected_lines
 
         if not (self.failures or self.unselected or self.error or self.notes):

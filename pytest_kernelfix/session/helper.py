@@ -45,14 +45,15 @@ from pytest_kernelfix import redact
 from pytest_kernelfix.capture.records import Failure, PassedTest
 from pytest_kernelfix.config import Settings, load_settings
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.rerun.launcher import Reruns, RerunSetup
+from pytest_kernelfix.rerun.launcher import RerunSetup
+from pytest_kernelfix.rerun.runner import Reruns
 from pytest_kernelfix.session.interrupt import CTRL_C, Cancel, interrupt_name
 from pytest_kernelfix.session.start import configured_fixer, rerun_setup, session_project
 
 if TYPE_CHECKING:  # the test process imports this module before torch: nothing heavy
     from pytest_kernelfix.fixers.base import ProposalRequest
     from pytest_kernelfix.locate.base import Changes
-    from pytest_kernelfix.report.artifacts import SessionReport
+    from pytest_kernelfix.report.model import SessionReport
     from pytest_kernelfix.session.inputs import SessionInputs, Stages
     from pytest_kernelfix.session.overlap import Overlap
 

@@ -14,7 +14,8 @@ from pytest_kernelfix.capture.records import Failure, PassedTest, Unselected
 from pytest_kernelfix.config import Settings
 from pytest_kernelfix.locate.base import Changes
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.rerun.launcher import RerunSetup, run_tests
+from pytest_kernelfix.rerun.launcher import RerunSetup
+from pytest_kernelfix.rerun.runner import run_tests
 from pytest_kernelfix.session.interrupt import Cancel
 
 if TYPE_CHECKING:  # the controller builds these at start-up, before anything heals

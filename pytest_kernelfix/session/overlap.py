@@ -53,7 +53,7 @@ from pytest_kernelfix.locate.base import Changes
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures, regression_nodeids
 from pytest_kernelfix.locate.reach import Reach
 from pytest_kernelfix.project import Project
-from pytest_kernelfix.report.artifacts import Overlapped
+from pytest_kernelfix.report.model import Overlapped
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunSpec, RerunStats
 from pytest_kernelfix.rerun.report import RerunResult
 from pytest_kernelfix.rerun.sandbox import Sandbox
@@ -391,7 +391,7 @@ class Overlap:
             why = self.cancel.why or interrupt_name(stop)
             unit.result = result if result is not None else interrupted(unit.group, stop, why)
         except Exception as error:  # the bug is reported as it ended; the session goes on
-            unit.result = HealResult(unit.group.id, "unhealed",
+            unit.result = HealResult(unit.group.id, UNHEALED,
                                      f"healing stopped: {type(error).__name__}: {error}")
         finally:
             if unit.verifier is not None:

@@ -2,8 +2,9 @@
 
 :func:`run_healing` reruns alone the tests that crashed their xdist worker, groups the
 failures into bugs, heals each (:func:`pytest_kernelfix.session.bug.heal_bug`) in a
-sandbox, and ends with :func:`pytest_kernelfix.session.finish.finish` (with
-``--kernelfix-apply`` the healed files are written). Bugs whose files do not overlap heal
+sandbox, and ends with the report (:func:`pytest_kernelfix.session.finish.finish`); with
+``--kernelfix-apply`` the healed files are then written from it
+(:func:`pytest_kernelfix.report.writeback.write_healed`). Bugs whose files do not overlap heal
 at the same time on up to ``--kernelfix-workers`` threads, each with its own sandbox
 (:mod:`pytest_kernelfix.session.schedule`); bugs that share a file heal in order, each
 from the text the one before left; the report keeps the grouping order. Knows no pytest
@@ -27,8 +28,9 @@ from pytest_kernelfix.fixers.budget import Budget, BudgetedFixer
 from pytest_kernelfix.heal.outcomes import HEALED, HealResult
 from pytest_kernelfix.locate.grouping import BugGroup, group_failures
 from pytest_kernelfix.locate.reach import Reach
-from pytest_kernelfix.report.artifacts import SessionReport
 from pytest_kernelfix.report.folder import make_report_dir
+from pytest_kernelfix.report.model import SessionReport
+from pytest_kernelfix.report.writeback import write_healed
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunStats
 from pytest_kernelfix.rerun.sandbox import Sandbox
 from pytest_kernelfix.root import outside_note
@@ -79,7 +81,7 @@ class HeadStart(Protocol):
 
 def run_healing(inputs: SessionInputs, stages: Stages, *,
                 head: HeadStart | None = None) -> SessionReport:
-    """Heal every bug of the session (and, in apply mode, write the healed files); the
+    """Heal every bug of the session, then, in apply mode, write the healed files; the
     report, for the controller to publish. ``head``: bugs already under way."""
     started = time.monotonic()
     settings = inputs.settings
@@ -128,9 +130,10 @@ def run_healing(inputs: SessionInputs, stages: Stages, *,
         for index, group in enumerate(groups)]
     began = head.began if head is not None and head.began is not None else started
     with shielded(cancel):  # apply mode writes every healed bug whole, or none of it
-        return finish(inputs, results, time.monotonic() - min(began, started),
-                      reruns=session.reruns, workers=workers,
-                      interrupted=cancel.why if cancel.is_set() else "")
+        report = finish(inputs, results, time.monotonic() - min(began, started),
+                        reruns=session.reruns, workers=workers,
+                        interrupted=cancel.why if cancel.is_set() else "")
+        return write_healed(report, inputs.project) if settings.apply else report
 
 
 def _reproduce_crashes(inputs: SessionInputs, stages: Stages, exclude: Sequence[str]) -> (

@@ -3,7 +3,7 @@
 The representative failing test fails on the current code (the baseline said so). Each
 *trial* reverts some hunks of the change (:mod:`pytest_kernelfix.locate.change`) in a
 sandbox copy and reruns that test alone, through the session's runner
-(:func:`~pytest_kernelfix.rerun.launcher.run_tests`), like every other rerun:
+(:func:`~pytest_kernelfix.rerun.runner.run_tests`), like every other rerun:
 
 1. every hunk of the project's non-test files reverted. The test still fails: the failure
    is not a regression of this change. When the change also edited test files, one more
@@ -28,10 +28,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pytest_kernelfix.fanout import fan_out
 from pytest_kernelfix.locate.change import (
     NOT_REGRESSION,
     REGRESSION,
@@ -172,11 +172,10 @@ class Experiment:
                                                                 self.total)
                 continue
             slots = [self._slot(i) for i in range(len(batch))]
-            with ThreadPoolExecutor(len(batch), "kernelfix-culprit") as pool:
-                results = list(pool.map(self._passes, slots, batch,
-                                        [self.total] * len(batch)))
-            self.cache.update(((self.test, hunks), ok)
-                              for hunks, ok in zip(batch, results, strict=True))
+            results = fan_out(lambda trial: self._passes(*trial, self.total),
+                              list(zip(slots, batch, strict=True)), name="kernelfix-culprit")
+            self.cache.update(((self.test, hunks), ok) for hunks, ok
+                              in zip(batch, results, strict=True) if ok is not None)
         missing = [s for s in sets if (self.test, s) not in self.cache]
         if missing:
             raise CapReached

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_kernelfix.capture.logs import truncate_log
-from pytest_kernelfix.heal.outcomes import Verdict, VerdictKind
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.rerun.report import GateResult, RerunResult, TestOutcome
+from pytest_kernelfix.vocabulary import Verdict, VerdictKind
 
 _FEEDBACK_TESTS = 3
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_kernelfix.heal.outcomes import Verdict, VerdictKind
 from pytest_kernelfix.rerun.report import Fingerprint, RerunResult
+from pytest_kernelfix.vocabulary import Verdict, VerdictKind
 
 
 def _fingerprints(result: RerunResult, nodeid: str) -> tuple[Fingerprint, ...]:

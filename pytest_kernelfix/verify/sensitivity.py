@@ -49,11 +49,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_kernelfix.heal.outcomes import UNCERTIFIABLE
 from pytest_kernelfix.rerun.report import RerunResult, TestOutcome
+from pytest_kernelfix.vocabulary import JudgementState
 
-SENSITIVE, BYPASS, UNMEASURED, BLIND = "sensitive", "bypass", "unmeasured", "blind"
-DOUBT = "doubt"
+SENSITIVE, BYPASS, UNMEASURED = (JudgementState.SENSITIVE, JudgementState.BYPASS,
+                                 JudgementState.UNMEASURED)
+BLIND, DOUBT = JudgementState.BLIND, JudgementState.DOUBT
+UNCERTIFIABLE = JudgementState.UNCERTIFIABLE
 _FAILED = ("failed", "error")
 _SHOWN = 3
 
@@ -66,9 +68,9 @@ REPLACED_BY = {
 
 @dataclass(frozen=True)
 class Judgement:
-    """The verdict of one poisoned run: one of the four states above, with the words."""
+    """The verdict of one poisoned run: what it shows, with the words."""
 
-    state: str
+    state: JudgementState
     summary: str = ""
     feedback: str = ""
 

@@ -18,7 +18,7 @@ before it passed, and the first that rejects the candidate ends its verification
    only the kernel its failure was attributed to poisoned.
 
 The phases of one candidate run in one rerun child where the runner can open one
-(:meth:`~pytest_kernelfix.rerun.launcher.Reruns.open`): it collects, runs the conftest
+(:meth:`~pytest_kernelfix.rerun.runner.Reruns.open`): it collects, runs the conftest
 files and imports the sandbox once, and each phase runs in a process forked from it
 right after collection, so nothing one phase leaves behind reaches the next
 (:mod:`pytest_kernelfix.rerun.phased`). The runs on the original code share a child of
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Protocol
 
 from pytest_kernelfix.config import VERIFY_MODES
+from pytest_kernelfix.fanout import fan_out
 from pytest_kernelfix.heal.analysis import masking
-from pytest_kernelfix.heal.outcomes import Phase, Verdict, VerdictKind, phase_text
 from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.locate.signals import expects_raise
 from pytest_kernelfix.project import Project
@@ -68,6 +68,7 @@ from pytest_kernelfix.verify.masks import kernel_output_unchanged, masked_verdic
 from pytest_kernelfix.verify.sensitivity import (
     BYPASS,
     DOUBT,
+    UNCERTIFIABLE,
     UNMEASURED,
     Judgement,
     Runs,
@@ -77,6 +78,7 @@ from pytest_kernelfix.verify.sensitivity import (
 )
 from pytest_kernelfix.verify.triage import CUDA_SHIM_LIMITATION, triage
 from pytest_kernelfix.verify.workspace import Workspace
+from pytest_kernelfix.vocabulary import Phase, StepOutcome, Verdict, VerdictKind, phase_text
 
 #: Verdicts on the failing tests that the regression set may still overrule, as it would
 #: in one combined rerun (:func:`judge` reaches them after the regression check). An
@@ -345,49 +347,34 @@ class Verifier:
                 yield self._run(name, nodeids, probe=probe, candidate=candidate)
             return
         specs = [self._spec(name, nodeids, probe) for name, nodeids, probe in runs]
-        results: list[RerunResult | None] = [None] * len(specs)
-        errors: list[BaseException] = []
-        seconds = [0.0] * len(specs)
-        slots = threading.Semaphore(max(1, self.setup.jobs))  # the cores reruns may use
 
-        def run(index: int) -> None:
-            with slots:
-                started = time.monotonic()
-                try:
-                    results[index] = self.runner(specs[index])
-                except BaseException as error:  # re-raised in the caller's thread
-                    errors.append(error)
-                seconds[index] = time.monotonic() - started
+        def timed(spec: RerunSpec) -> tuple[RerunResult, float]:
+            started = time.monotonic()
+            return self.runner(spec), time.monotonic() - started
 
-        threads = [threading.Thread(target=run, args=(i,), name=f"kernelfix-probe-{i}",
-                                    daemon=True) for i in range(len(specs))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-        yield from [self._settle(name, spec.nodeids, seconds[i], results[i],  # type: ignore[arg-type]
-                                 candidate) for i, ((name, _, _), spec) in enumerate(
-                        zip(runs, specs, strict=True))]
+        done = fan_out(timed, specs, workers=max(1, self.setup.jobs),  # the cores reruns may use
+                       name="kernelfix-probe")
+        yield from [self._settle(name, spec.nodeids, ran[1], ran[0], candidate)
+                    for (name, _, _), spec, ran in zip(runs, specs, done, strict=True)
+                    if ran is not None]  # each ran: only an error stops this fan-out
 
     def _settle(self, name: str, nodeids: tuple[str, ...], seconds: float,
                 result: RerunResult, candidate: bool = True) -> RerunResult:
         tampered = self.workspace.tampered() if candidate else ()
         if tampered:
             self.workspace.undo(tampered)
-            self._record(name, nodeids, seconds, VerdictKind.TAMPERED.value)
+            self._record(name, nodeids, seconds, VerdictKind.TAMPERED)
             raise _Rejected(Verdict(
                 False, f"the rerun changed test or data files: {', '.join(tampered)}",
                 "Running the patched code changed files it must not touch: "
                 + ", ".join(tampered), kind=VerdictKind.TAMPERED))
         results = tally(result, nodeids)
-        self._record(name, nodeids, seconds, "ran", results)
+        self._record(name, nodeids, seconds, StepOutcome.RAN, results)
         self.say(f"{name}: {results} ({seconds:.1f} s)")
         return result
 
-    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float, outcome: str,
-                results: str = "") -> None:
+    def _record(self, name: str, nodeids: tuple[str, ...], seconds: float,
+                outcome: VerdictKind | StepOutcome, results: str = "") -> None:
         self.phases.append(Phase(name, nodeids, round(seconds, 3), outcome, results))
 
     def _decide(self, verdict: Verdict, name: str = "") -> Verdict:
@@ -395,7 +382,7 @@ class Verifier:
         and say how the step ended beside how its tests did (:func:`phase_text`)."""
         for index in range(len(self.phases) - 1, -1, -1):
             if not name or self.phases[index].name == name:
-                outcome = verdict.kind.value if verdict.kind else ""
+                outcome = verdict.kind or StepOutcome.RAN
                 self.phases[index] = replace(self.phases[index], outcome=outcome)
                 self.say(phase_text(self.phases[index]))
                 break
@@ -631,7 +618,7 @@ class Verifier:
         if judgement.state == BYPASS:
             return Verdict(False, judgement.summary, judgement.feedback,
                            kind=VerdictKind.INSENSITIVE)
-        if judgement.state == VerdictKind.UNCERTIFIABLE:
+        if judgement.state == UNCERTIFIABLE:
             return Verdict(False, judgement.summary, judgement.summary,
                            kind=VerdictKind.UNCERTIFIABLE)
         return None

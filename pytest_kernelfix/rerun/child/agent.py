@@ -5,11 +5,12 @@ Loaded with ``-p pytest_kernelfix.rerun.child.agent`` in every rerun child (star
 kernel launches to the results file as each test finishes, so a crash mid-run leaves the
 finished tests readable, and keeps the child's :class:`~pytest_kernelfix.rerun.report.ChildReport`
 there, written again whenever it changes. Around each test's call phase it runs the
-integrity check (:mod:`pytest_kernelfix.rerun.probes.integrity`) and, as the plan's
+integrity check (:mod:`pytest_kernelfix.rerun.probes.integrity`) and, as the phase's
 probe asks, poisons project kernels' outputs, fingerprints their launches and watches the
 test's checks (:mod:`pytest_kernelfix.rerun.probes.poison`), with every check statement
-guarded so that each one runs (:mod:`pytest_kernelfix.rerun.probes.checks`); after the
-tests, the compile gate (:mod:`pytest_kernelfix.rerun.probes.gate`).
+guarded so that each one runs (:mod:`pytest_kernelfix.rerun.probes.checks`); after each
+phase's tests, the compile gate (:mod:`pytest_kernelfix.rerun.probes.gate`). The phases
+themselves are run by the loop beside it (:mod:`pytest_kernelfix.rerun.child.phases`).
 
 PYTEST_DONT_REWRITE: the bootstrap imports the plugin's modules before pytest starts.
 """
@@ -30,6 +31,7 @@ from pytest_kernelfix.capture.errors import ErrorInfo, describe_exception
 from pytest_kernelfix.capture.launches import KernelLaunch, LaunchRecorder
 from pytest_kernelfix.rerun.child.bootstrap import mark_phase, phases
 from pytest_kernelfix.rerun.child.imports import installed_finder
+from pytest_kernelfix.rerun.child.phases import PhaseServer
 from pytest_kernelfix.rerun.plan import ProbePlan, RerunPlan, load_plan
 from pytest_kernelfix.rerun.probes.checks import ReachMode
 from pytest_kernelfix.rerun.probes.compiles import CompileCounter
@@ -76,9 +78,8 @@ class RerunAgent:
         self.poisoner = self._poisoner(probe)
         self.observer: Any = None
         self.reach: ReachMode | None = None
-        if probe.reach or plan.control:  # a phased child guards checks for its reach phases
+        if probe.reach:  # a child opened for many phases guards checks for any of them
             self.reach = ReachMode(tuple(config.getini("python_files")), plan.sandbox_root)
-            self.reach.log.enabled = probe.reach
         # Each launch is written as it first happens: a kernel that crashes the process
         # has already said what it launched, and from where.
         self.recorder = LaunchRecorder(  # the project's frames: under the sandbox root
@@ -101,8 +102,8 @@ class RerunAgent:
 
     def use_phase(self, probe: ProbePlan, output: Path) -> None:
         """Probe the next tests as ``probe`` says and write their events to ``output``
-        (a phase of a phased child, in the process that runs it); the report so far is
-        written there first."""
+        (a phase, in the process that runs it); the report so far is written there
+        first."""
         self.plan = replace(self.plan, probe=probe, output=str(output))
         self.poisoner = self._poisoner(probe)
         self.recorder.on_launch = self.poisoner
@@ -117,10 +118,9 @@ class RerunAgent:
         self.update()
 
     def finish_phase(self) -> None:
-        """What the end of a session does for a one-shot rerun, for one phase: the
-        compile gate on the kernels the phase launched (not in poisoned phases: their
-        outputs were replaced, and no verdict reads their gate), the compile counts and
-        the last report."""
+        """The end of a phase: the compile gate on the kernels the phase launched (not in
+        poisoned phases: their outputs were replaced, and no verdict reads their gate),
+        the compile counts and the last report."""
         mark_phase("tests")
         changes: dict[str, Any] = {}
         if self.plan.device.gate and not self.plan.probe.poison:
@@ -289,14 +289,6 @@ class RerunAgent:
     def pytest_collection_finish(self) -> None:
         mark_phase("collected")
 
-    def pytest_sessionfinish(self) -> None:
-        mark_phase("tests")
-        if self.plan.device.gate:
-            self.update(gate=self._gate(self.plan.device.gate_target))
-            mark_phase("gate")
-        if self.compiles.installed:
-            self.update(compile_cache=self.compiles.counts())
-
     def _gate(self, target: str) -> tuple[GateResult, ...]:
         """Compile every project kernel the rerun launched for a real GPU target."""
         from pytest_kernelfix.rerun.probes.gate import compile_launch, parse_target
@@ -434,10 +426,7 @@ def pytest_configure(config: pytest.Config) -> None:
     agent = RerunAgent(config, plan, config.stash.get(integrity_key, None))
     config.stash[agent_key] = agent
     config.pluginmanager.register(agent, "kernelfix-rerun-agent")
-    if plan.control:
-        from pytest_kernelfix.rerun.child.phases import PhaseServer
-
-        config.pluginmanager.register(PhaseServer(agent), "kernelfix-rerun-phases")
+    config.pluginmanager.register(PhaseServer(agent), "kernelfix-rerun-phases")
     agent.start()
     failed = config.stash.get(integrity_error_key, "")
     if failed:

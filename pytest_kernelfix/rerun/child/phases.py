@@ -1,27 +1,28 @@
-"""The runtest loop of a phased rerun child: collect once, run each phase in a fork.
+"""The runtest loop of every rerun child: collect once, run each phase asked for.
 
 A candidate's verification runs in phases (the representative, the other failing tests
 and the regression set, the poisoned runs), each only when the ones before it passed. A
 child per phase pays pytest's start, the conftest files and the sandbox's imports every
-time: most of a second for tests that take milliseconds. A *phased* child (its plan
-names a ``control`` file) pays them once: pytest collects every test the verification
-may run, then this loop waits for the session to append a
-:class:`~pytest_kernelfix.rerun.plan.PhaseCommand` to the control file and runs it.
+time: most of a second for tests that take milliseconds. So a rerun child collects once:
+pytest collects every test the plan names, then this loop waits for the session to append
+a :class:`~pytest_kernelfix.rerun.plan.PhaseCommand` to the plan's control file and runs
+it. A one-shot rerun is a child whose one phase is its last (``end``).
 
-**Every phase starts from the state right after collection.** The phase's tests do not
-run in this process: each slice of a phase runs in a process forked from it, which
+**Every phase starts from the state right after collection.** A phase with more to come
+does not run in this process: each slice of it runs in a process forked from it, which
 writes its events to its own results file and exits, so nothing a test leaves behind
 (module globals, caches, torch's settings, environment variables, a candidate that
 counts its calls, fixtures of any scope) reaches the next phase: each starts as a fresh
 child would after collecting the same tests. Slices of one phase run at the same time;
 with ``stop_early`` the first that fails stops the others. The loop enforces the
 phase's timeout (the slices still running are killed) and a slice that crashes ends
-alone, so the next phase still runs.
+alone, so the next phase still runs. The last phase runs in this process: nothing comes
+after it.
 
 Where forking this process is unsafe (CUDA or a GPU driver initialised at collection,
 another Python thread running), the loop runs the first phase itself and ends: the
-session runs the next phases in children of their own, as it would without a phased
-child (:mod:`pytest_kernelfix.rerun.phased`).
+session runs the next phases in children of their own
+(:mod:`pytest_kernelfix.rerun.phased`).
 
 PYTEST_DONT_REWRITE: imported by the rerun agent before pytest collects.
 """
@@ -36,15 +37,15 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
-from pytest_kernelfix.rerun.plan import PhaseCommand, PlanError, phase_results
-
-if TYPE_CHECKING:
-    from pytest_kernelfix.rerun.child.agent import RerunAgent
+from pytest_kernelfix.rerun.plan import PhaseCommand, PlanError, ProbePlan, RerunPlan, phase_results
+from pytest_kernelfix.rerun.server.server import cuda_driver_initialised, fork_hazard
 
 #: Longest pause between two looks at the control file while the child waits.
 IDLE_POLL = 0.02
@@ -57,7 +58,6 @@ def phase_hazard(interpret: bool) -> str:
     server's own check; on the interpreter, where the CPU shim answers ``torch.cuda``
     and installs a Triton driver of its own (no device behind either), only another
     Python thread or a real CUDA driver that was initialised count."""
-    from pytest_kernelfix.rerun.server.server import cuda_driver_initialised, fork_hazard
 
     if not interpret:
         return fork_hazard()
@@ -69,12 +69,35 @@ def phase_hazard(interpret: bool) -> str:
     return ""
 
 
-class PhaseServer:
-    """The loop (a pytest plugin of the phased child, beside its agent)."""
+class Agent(Protocol):
+    """What the loop needs of the child's agent
+    (:class:`~pytest_kernelfix.rerun.child.agent.RerunAgent`)."""
 
-    def __init__(self, agent: RerunAgent) -> None:
+    plan: RerunPlan
+    last_outcome: str
+
+    def use_phase(self, probe: ProbePlan, output: Path) -> None: ...
+
+    def finish_phase(self) -> None: ...
+
+
+class PhaseServer:
+    """The loop (a pytest plugin of the rerun child, beside its agent). Its own events
+    (``ready``, ``phase_end``) go to the child's results file, whatever file the agent
+    writes a phase's events to."""
+
+    def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.plan = agent.plan
+        self.frozen = False
+
+    def emit(self, event: str, **data: Any) -> None:
+        line = json.dumps({"event": event, **data}) + "\n"
+        fd = os.open(self.plan.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -82,17 +105,14 @@ class PhaseServer:
         for item in session.items:
             items.setdefault(item.nodeid, item)
         hazard = phase_hazard(self.plan.device.interpret)
-        if not hazard:
-            gc.collect()
-            gc.freeze()  # the forks' collections skip what collection made: fewer copies
-        self.agent.emit("ready", nodeids=list(items), fork=not hazard, why=hazard)
+        self.emit("ready", nodeids=list(items), fork=not hazard, why=hazard)
         for command in self._commands(os.getppid()):
-            if command.end:
-                break
-            if hazard:  # one phase here, the next ones in children of their own
+            if command.slices and (command.end or hazard):  # no phase after it here
                 self._inline(session, items, command)
+            elif command.slices:
+                self._forked(session, items, command)
+            if command.end or hazard:  # with a hazard, the next phases run elsewhere
                 break
-            self._forked(session, items, command)
         return True
 
     def _commands(self, parent: int) -> Iterator[PhaseCommand]:
@@ -126,13 +146,17 @@ class PhaseServer:
                 command: PhaseCommand) -> None:
         nodeids = tuple(n for part in command.slices for n in part)
         code = self._slice(session, items, nodeids, command, 0)
-        self.agent.emit("phase_end", index=command.index, slices=[
+        self.emit("phase_end", index=command.index, slices=[
             {"returncode": code, "timed_out": False, "stopped": False}])
 
     def _forked(self, session: pytest.Session, items: Mapping[str, pytest.Item],
                 command: PhaseCommand) -> None:
         """Each slice in a process forked from this one; wait for them, within the
         phase's timeout; say how each ended."""
+        if not self.frozen:
+            gc.collect()
+            gc.freeze()  # the forks' collections skip what collection made: fewer copies
+            self.frozen = True
         running: dict[int, int] = {}
         ended: dict[int, dict[str, Any]] = {}
         for part, nodeids in enumerate(command.slices):
@@ -146,8 +170,6 @@ class PhaseServer:
                     code = self._slice(session, items, nodeids, command, part)
                 except BaseException:
                     with contextlib.suppress(BaseException):
-                        import traceback
-
                         traceback.print_exc()
                 finally:
                     _exit(code)
@@ -171,8 +193,8 @@ class PhaseServer:
                     del running[other]
             if running:
                 time.sleep(SLICE_POLL)
-        self.agent.emit("phase_end", index=command.index,
-                        slices=[ended[part] for part in range(len(command.slices))])
+        self.emit("phase_end", index=command.index,
+                  slices=[ended[part] for part in range(len(command.slices))])
 
     def _slice(self, session: pytest.Session, items: Mapping[str, pytest.Item],
                nodeids: Sequence[str], command: PhaseCommand, part: int) -> int:

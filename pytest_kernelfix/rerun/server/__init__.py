@@ -21,7 +21,7 @@ hang ends the child only; the server serves the next rerun.
 Where fork is unavailable or unsafe (not Linux unless asked for, CUDA or the Triton
 driver initialised in the server, another Python thread in it, a server that died or
 refused), :meth:`RerunServer.run` raises :class:`ForkUnavailable` with the reason and the
-caller runs a fresh subprocess (:func:`pytest_kernelfix.rerun.launcher.run_tests`).
+caller runs a fresh subprocess (:func:`pytest_kernelfix.rerun.launcher.launch`).
 
 This package imports only the standard library until the server warms up.
 """

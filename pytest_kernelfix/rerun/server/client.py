@@ -17,15 +17,19 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.fields import FieldError, read
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV
 from pytest_kernelfix.rerun.server.wire import (
     CONTROL_ENV,
     ROOT_ENV,
     SERVER_BOOTSTRAP,
+    ForkRequest,
+    ForkResult,
+    Started,
     kill_group,
     read_event,
 )
@@ -51,16 +55,6 @@ STOP_POLL = 0.05
 
 class ForkUnavailable(Exception):
     """No forked rerun this time; the message says why (for the report)."""
-
-
-@dataclass(frozen=True)
-class ForkResult:
-    """How a rerun child ended: ``returncode`` as ``Popen`` gives it (``-N`` for signal N);
-    ``stopped`` when it was killed because its caller asked (not at its timeout)."""
-
-    returncode: int
-    timed_out: bool
-    stopped: bool = False
 
 
 def unavailable_reason(mode: str) -> str:
@@ -151,9 +145,8 @@ class RerunServer:
                 raise ForkUnavailable(self.failure) from None
             finally:
                 theirs.close()
-            request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "log": str(log),
-                       "timeout": timeout, "nice": nice}
-            mine.sendall(json.dumps(request).encode() + b"\n")
+            request = ForkRequest(tuple(argv), str(cwd), str(log), timeout, dict(env), nice)
+            mine.sendall(json.dumps(asdict(request)).encode() + b"\n")
             deadline = time.monotonic() + timeout + GRACE
             started = read_event(mine, deadline)
             if started.get("event") == "refused":
@@ -161,16 +154,24 @@ class RerunServer:
             if started.get("event") != "started":
                 self._fail(f"the rerun server stopped answering: {self.state('')}")
                 raise ForkUnavailable(self.failure)
-            pid = int(started["pid"])
+            try:
+                pid = read(Started, started, ignore=("event",)).pid
+            except FieldError as error:
+                self._fail(f"the rerun server's started line is malformed: {error}")
+                raise ForkUnavailable(self.failure) from None
             exited = _exit_event(mine, deadline, stop)
-            if exited.get("event") == "exited":
-                return ForkResult(int(exited["returncode"]), bool(exited["timed_out"]),
-                                  bool(exited.get("stopped", False)))
-            # The server died, or hangs past the deadline, with our child running: the
-            # child is ours to end now (its zombie keeps the group id until init reaps).
+            try:
+                if exited.get("event") == "exited":
+                    return read(ForkResult, exited, ignore=("event",))
+                why = f"the rerun server stopped during a rerun: {self.state('')}"
+            except FieldError as error:
+                why = f"the rerun server's exited line is malformed: {error}"
+            # The server died, or hangs past the deadline, or speaks garbage, with our
+            # child running: the child is ours to end now (its zombie keeps the group id
+            # until init reaps).
             hung = time.monotonic() >= deadline
             kill_group(pid)
-            self._fail(f"the rerun server stopped during a rerun: {self.state('')}")
+            self._fail(why)
             return ForkResult(-signal.SIGKILL, hung)
         finally:
             mine.close()

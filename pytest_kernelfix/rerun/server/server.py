@@ -14,15 +14,19 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.fields import read
 from pytest_kernelfix.rerun.server.fork import child_main
 from pytest_kernelfix.rerun.server.warm import warm_up
 from pytest_kernelfix.rerun.server.wire import (
     CONTROL_ENV,
     ROOT_ENV,
+    ForkRequest,
+    ForkResult,
+    Started,
     exited,
     kill_group,
     send_line,
@@ -189,14 +193,9 @@ class _Loop:
 
     def _start(self, conn: socket.socket, line: bytes) -> None:
         try:
-            request = json.loads(line)
-            argv = [str(arg) for arg in request["argv"]]
-            env = {str(k): str(v) for k, v in request["env"].items()}
-            cwd, log = str(request["cwd"]), str(request["log"])
-            timeout = float(request["timeout"])
-            nice = int(request.get("nice", 0))
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            send_line(conn, {"event": "refused", "reason": f"bad request: {error!r}"})
+            request = read(ForkRequest, json.loads(line))
+        except ValueError as error:  # not JSON, or not a request (a FieldError)
+            send_line(conn, {"event": "refused", "reason": f"bad request: {error}"})
             conn.close()
             return
         hazard = fork_hazard()
@@ -213,13 +212,14 @@ class _Loop:
                 stream.flush()
         pid = os.fork()
         if pid == 0:
-            child_main(argv, cwd, env, log, ours, nice)  # never returns
+            child_main(list(request.argv), request.cwd, dict(request.env), request.log, ours,
+                       request.nice)  # never returns
         pidfd = -1
         if hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):
                 pidfd = os.pidfd_open(pid)
-        self.children[pid] = _Child(pid, conn, time.monotonic() + timeout, pidfd)
-        send_line(conn, {"event": "started", "pid": pid})
+        self.children[pid] = _Child(pid, conn, time.monotonic() + request.timeout, pidfd)
+        send_line(conn, {"event": "started", **asdict(Started(pid))})
 
     def _check_children(self) -> None:
         now = time.monotonic()
@@ -244,6 +244,6 @@ class _Loop:
         self.children.pop(child.pid, None)
         if child.pidfd >= 0:
             os.close(child.pidfd)
-        send_line(child.conn, {"event": "exited", "timed_out": timed_out, "stopped": stopped,
-                               "returncode": os.waitstatus_to_exitcode(status)})
+        ended = ForkResult(os.waitstatus_to_exitcode(status), timed_out, stopped)
+        send_line(child.conn, {"event": "exited", **asdict(ended)})
         child.conn.close()

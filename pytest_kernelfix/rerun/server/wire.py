@@ -2,9 +2,10 @@
 
 The session holds one end of a stream socketpair (the control socket); each rerun makes
 a new socketpair and passes one end to the server over the control socket
-(``SCM_RIGHTS``), then writes the request as one JSON line on its own end and reads the
-server's ``started`` and ``exited`` lines. Nothing is reachable from outside the two
-processes.
+(``SCM_RIGHTS``), then writes the request (:class:`ForkRequest`) as one JSON line on its
+own end and reads the server's ``started`` (:class:`Started`) and ``exited`` lines, each
+read strictly (:func:`pytest_kernelfix.fields.read`). Nothing is reachable from outside
+the two processes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import socket
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 #: What the server process runs (``python -c``, like the rerun child it stands in for).
@@ -27,6 +29,36 @@ CONTROL_ENV = "KERNELFIX_RERUN_SERVER_FD"
 ROOT_ENV = "KERNELFIX_RERUN_SERVER_ROOT"
 #: A path prefix: each forked child writes its cProfile statistics to ``PREFIX.<pid>``.
 PROFILE_ENV = "KERNELFIX_RERUN_PROFILE"
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """One rerun child the session asks the server for: its ``sys.argv[1:]``, where it
+    runs, its environment and log, its time limit and how much lower its priority is."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    log: str
+    timeout: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    nice: int = 0
+
+
+@dataclass(frozen=True)
+class ForkResult:
+    """How a rerun child ended: ``returncode`` as ``Popen`` gives it (``-N`` for signal N);
+    ``stopped`` when it was killed because its caller asked (not at its timeout)."""
+
+    returncode: int
+    timed_out: bool
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class Started:
+    """The server forked the child: its process id, which is its process group's too."""
+
+    pid: int
 
 
 def send_line(sock: socket.socket, data: Mapping[str, Any]) -> bool:
