@@ -125,14 +125,14 @@ def test_a_rerun_takes_the_twins_of_the_users_rootdir_config_and_directory(
     assert command[3:5] == ["tests/test_t.py::a[x/y::z]", "tests/test_t.py"]
     joined = shlex.join(command)
     assert f"--rootdir {sandbox}/tests" in joined and f"-c {sandbox}/tests/pyproject.toml" in joined
-    assert child_dirs(spec) == (sandbox / "tests", sandbox)
+    assert child_dirs(setup, sandbox) == (sandbox / "tests", sandbox)
     # pytest ran inside the test folder: from there, ids as they are
     inside = RerunSpec(replace(setup, invocation_dir=tests), sandbox, ("test_t.py::a",))
-    assert child_dirs(inside) == (sandbox / "tests",) * 2
+    assert child_dirs(inside.setup, sandbox) == (sandbox / "tests",) * 2
     assert build_command(inside, python="py")[3] == "test_t.py::a"
     # pytest ran outside the project: from the rootdir's twin
     outside = RerunSpec(replace(setup, invocation_dir=tmp_path), sandbox, ("test_t.py::a",))
-    assert child_dirs(outside) == (sandbox / "tests",) * 2
+    assert child_dirs(outside.setup, sandbox) == (sandbox / "tests",) * 2
 
 
 @pytest.mark.parametrize(
