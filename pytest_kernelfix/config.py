@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_kernelfix.root import ProjectRoot, find_root
 from pytest_kernelfix.target import DEFAULT_TARGET
 
 DEVICES = ("auto", "cuda", "interpret")
@@ -63,8 +64,11 @@ OPTIONS: tuple[Option, ...] = (
            120.0, "float", metavar="SECONDS"),
     Option("kernelfix_llm_retries", "Retries of a failed model call (default: 2)", 2, "int",
            metavar="N"),
-    Option("kernelfix_report_dir", "Directory for patches and reports, relative to the rootdir "
-           "(default: .kernelfix)", ".kernelfix", metavar="DIR"),
+    Option("kernelfix_root", "The project's folder: what edits may touch, the sandbox copies "
+           "and the report dir is under; it must hold pytest's rootdir (default: the rootdir, "
+           "or the project it is a test folder of)", "", env="KERNELFIX_ROOT", metavar="DIR"),
+    Option("kernelfix_report_dir", "Directory for patches and reports, relative to the project "
+           "root (default: .kernelfix)", ".kernelfix", metavar="DIR"),
     Option("kernelfix_timeout", "Seconds allowed for one sandbox rerun (default: 600)", 600.0,
            "float", metavar="SECONDS"),
     Option("kernelfix_device", "Where kernels run: auto (CUDA when torch sees a GPU, else the "
@@ -83,9 +87,9 @@ OPTIONS: tuple[Option, ...] = (
            f"cuda:80... or off (default: {DEFAULT_TARGET})", DEFAULT_TARGET, metavar="TARGET"),
     Option("kernelfix_cuda_shim", "In interpret mode, map device='cuda' tensors and torch.cuda "
            "queries to the CPU (default: on)", True, "bool"),
-    Option("kernelfix_sandbox_exclude", "Glob patterns (relative to the rootdir) left out of "
+    Option("kernelfix_sandbox_exclude", "Glob patterns (relative to the project root) left out of "
            "the sandbox copy", (), "lines"),
-    Option("kernelfix_paths", "Glob patterns (relative to the rootdir) of the only files "
+    Option("kernelfix_paths", "Glob patterns (relative to the project root) of the only files "
            "edits may touch", (), "lines"),
     Option("kernelfix_select", "Which failing tests are healed, comma-separated: kernel "
            "(tests marked kernel), launched (tests that launched a Triton kernel of the "
@@ -113,7 +117,7 @@ OPTIONS: tuple[Option, ...] = (
            "its triage, baseline and model call on the cores the test run leaves; off: heal "
            "once the run has ended (default: on)", True, "bool", env="KERNELFIX_OVERLAP"),
     Option("kernelfix_cache_dir", "Directory of the answer cache and the compile gate's cache, "
-           "relative to the rootdir; point a CI cache at it (default: <report dir>/cache)", "",
+           "relative to the project root; point a CI cache at it (default: <report dir>/cache)", "",
            env="KERNELFIX_CACHE_DIR", metavar="DIR"),
     Option("kernelfix_no_cache", "Ask the model again: neither read nor write cached answers",
            False, "bool"),
@@ -300,7 +304,11 @@ class Settings:
     cuda_shim: bool
     sandbox_exclude: tuple[str, ...]
     paths: tuple[str, ...]
+    #: pytest's rootdir: node ids are relative to it, reruns take its twin as theirs.
     rootdir: Path
+    #: The project root (:mod:`pytest_kernelfix.root`): what a fix may edit, what the
+    #: sandbox copies, what relative paths of the options are relative to.
+    root: Path
     select: tuple[str, ...] = ("kernel",)
     workers: int = 0  # 0: auto (see pytest_kernelfix.session.schedule.worker_count)
     rerun: str = "auto"
@@ -316,6 +324,8 @@ class Settings:
     base: str = "auto"
     #: Where each option's value came from (see :func:`origin`), by option name.
     origins: tuple[tuple[str, str], ...] = ()
+    #: The terminal line that says how the project root was found ("": it is the rootdir).
+    root_note: str = ""
 
     def origin(self, name: str) -> str:
         """How a message names the source of option ``name``'s value: its flag, its
@@ -332,13 +342,15 @@ class Settings:
 def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
     """Build :class:`Settings`; raises :class:`pytest.UsageError` on a bad value."""
     rootdir = Path(config.rootpath)
+    project = project_root(config, namespace)
+    root = project.path
 
     def value(name: str) -> Any:
         return resolve(config, name, namespace)
 
     def path_or_none(name: str) -> Path | None:
         text = value(name)
-        return _under(rootdir, text) if text else None
+        return _under(root, text) if text else None
 
     apply = bool(value("kernelfix_apply"))
     heal = bool(value("kernelfix")) or apply
@@ -346,11 +358,11 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         heal=heal,
         apply=apply,
         rounds=value("kernelfix_rounds"),
-        model=_replay_path(value("kernelfix_model") or "recipes", rootdir),
+        model=_replay_path(value("kernelfix_model") or "recipes", root, rootdir),
         api_base=value("kernelfix_api_base"),
         llm_timeout=value("kernelfix_llm_timeout"),
         llm_retries=value("kernelfix_llm_retries"),
-        report_dir=_under(rootdir, value("kernelfix_report_dir") or ".kernelfix"),
+        report_dir=_under(root, value("kernelfix_report_dir") or ".kernelfix"),
         timeout=value("kernelfix_timeout"),
         device=value("kernelfix_device"),
         record=path_or_none("kernelfix_record"),
@@ -361,6 +373,8 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         sandbox_exclude=value("kernelfix_sandbox_exclude"),
         paths=value("kernelfix_paths"),
         rootdir=rootdir,
+        root=root,
+        root_note=project.note,
         select=parse_select(value("kernelfix_select")),
         workers=value("kernelfix_workers"),
         rerun=value("kernelfix_rerun"),
@@ -377,6 +391,24 @@ def load_settings(config: pytest.Config, namespace: Any = None) -> Settings:
         origins=tuple((option.name, origin(config, option.name, namespace))
                       for option in OPTIONS),
     )
+
+
+def project_root(config: pytest.Config, namespace: Any = None) -> ProjectRoot:
+    """The project root (:func:`pytest_kernelfix.root.find_root`). A ``kernelfix_root``
+    given on the command line or in the environment is relative to where pytest runs; one
+    in the ini file, to the ini file's folder."""
+    where = origin(config, "kernelfix_root", namespace)
+    text = str(resolve(config, "kernelfix_root", namespace))
+    given = None
+    if text:
+        base = config.inipath.parent if where.startswith("ini") and config.inipath else (
+            config.invocation_params.dir)
+        given = base / os.path.expanduser(text)
+    try:
+        return find_root(Path(config.rootpath), given, where)
+    except ValueError as error:
+        raise pytest.UsageError(f"kernelfix: invalid value {text!r} for {where}: {error}"
+                                ) from None
 
 
 def parse_select(text: str) -> tuple[str, ...]:
@@ -424,26 +456,29 @@ def _torch_sees_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def replay_candidates(path: str, rootdir: Path) -> tuple[Path, ...]:
+def replay_candidates(path: str, *roots: Path) -> tuple[Path, ...]:
     """Where the cassette of ``replay:PATH`` is looked for, in order: a relative PATH in
-    the current directory first, then under the rootdir.
+    the current directory first, then under each of ``roots`` (the project root, then
+    pytest's rootdir).
 
     A cassette named on the command line is relative to where pytest runs; one named in
     the ini file is relative to the project, wherever pytest runs from.
     """
     given = Path(os.path.expanduser(path))
-    return (given,) if given.is_absolute() else (given, rootdir / given)
+    if given.is_absolute():
+        return (given,)
+    return tuple(dict.fromkeys((given, *(root / given for root in roots))))
 
 
-def _replay_path(model: str, rootdir: Path) -> str:
+def _replay_path(model: str, *roots: Path) -> str:
     """``replay:PATH`` with PATH where the cassette was found (as given: found nowhere)."""
     prefix = "replay:"
     if not model.startswith(prefix):
         return model
-    candidates = replay_candidates(model[len(prefix):], rootdir)
+    candidates = replay_candidates(model[len(prefix):], *roots)
     return prefix + str(next((path for path in candidates if path.exists()), candidates[0]))
 
 
-def _under(rootdir: Path, text: str) -> Path:
+def _under(root: Path, text: str) -> Path:
     path = Path(os.path.expanduser(text))
-    return path if path.is_absolute() else rootdir / path
+    return path if path.is_absolute() else root / path

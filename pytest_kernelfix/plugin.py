@@ -99,10 +99,14 @@ def pytest_load_initial_conftests(
     early_config.stash[device_key] = chosen
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     from pytest_kernelfix.device import report_header
 
-    return report_header(config, config.stash.get(device_key, None))
+    lines = [report_header(config, config.stash.get(device_key, None))]
+    controller = config.stash.get(controller_key, None)
+    if controller is not None:  # healing: where the project is, when it is not the rootdir
+        lines.append(controller.settings.root_note)
+    return [line for line in lines if line]
 
 
 def _device(config: pytest.Config, requested: str) -> str:
@@ -138,7 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not is_xdist_controller(config):
         from pytest_kernelfix.capture.plugin import CapturePlugin
 
-        capture = CapturePlugin(config, settings.rootdir)
+        capture = CapturePlugin(config, settings.root)
         config.stash[capture_key] = capture
         config.pluginmanager.register(capture, "kernelfix-capture")
         notes = capture.notes

@@ -20,7 +20,7 @@ def make_settings(root: Path, **changes: object) -> Settings:
         heal=True, apply=False, rounds=2, model="scripted", api_base="", llm_timeout=1.0,
         llm_retries=0, report_dir=root / ".kernelfix", timeout=10.0, device="interpret",
         record=None, prompts_dir=None, max_groups=10, target="cuda:90", cuda_shim=True,
-        sandbox_exclude=(), paths=(), rootdir=root, base="none",
+        sandbox_exclude=(), paths=(), rootdir=root, root=root, base="none",
     )
     values.update(changes)
     return Settings(**values)  # type: ignore[arg-type]

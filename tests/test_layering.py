@@ -30,11 +30,11 @@ import pytest
 import pytest_kernelfix
 
 PACKAGE = Path(pytest_kernelfix.__file__).parent
-#: Small modules every stage may use: settings, the target, the project's boundaries,
-#: redaction, atomic writes, code fences, device set-up, which functions are Triton kernels,
-#: the hook spec, the shared words, the strict JSON reader, the fan-out of work to threads,
-#: the package itself.
-SHARED = frozenset({"", "config", "target", "project", "redact", "atomic", "device",
+#: Small modules every stage may use: settings, the target, the project's boundaries and
+#: root, redaction, atomic writes, code fences, device set-up, which functions are Triton
+#: kernels, the hook spec, the shared words, the strict JSON reader, the fan-out of work to
+#: threads, the package itself.
+SHARED = frozenset({"", "config", "target", "project", "root", "redact", "atomic", "device",
                     "kernels", "hookspecs", "markdown", "vocabulary", "fields", "fanout",
                     "__version__"})
 #: Shared leaves that import the standard library only: the rerun child reads its plan

@@ -47,6 +47,7 @@ def test_healed_in_one_round(pytester: pytest.Pytester) -> None:
 
     result.assert_outcomes(failed=4, passed=1)  # the failures stay failures
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "project root" not in result.stdout.str()  # the rootdir is the project
     result.stdout.fnmatch_lines([
         "*kernelfix: healing scale_kernel-assertionerror-* (4 test(s); kernels/ops.py)",
         "*= kernelfix =*",

@@ -10,6 +10,7 @@ import sys
 import sysconfig
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from pytest_kernelfix.rerun.launcher import (
     RerunSpec,
     RerunStats,
     build_command,
+    child_dirs,
     child_env,
 )
 from pytest_kernelfix.rerun.plan import PLAN_ENV, DevicePlan, RerunPlan
@@ -106,6 +108,31 @@ def test_build_command_runs_pytest_with_the_agent_in_the_sandbox(tmp_path: Path)
         assert part in joined
     assert f"addopts=-p xdist --confcutdir={sandbox}" in command
     assert command[-1] == "-q"
+
+
+def test_a_rerun_takes_the_twins_of_the_users_rootdir_config_and_directory(
+    tmp_path: Path,
+) -> None:
+    """The project root holds a test folder that is pytest's rootdir (its own config
+    file): the rerun's rootdir, config and working directory are their twins in the copy
+    of the project, and node ids stay relative to the rootdir's twin."""
+    original, sandbox = tmp_path / "proj", tmp_path / "box/proj"
+    tests = original / "tests"
+    setup = RerunSetup(original, 10.0, inifile=tests / "pyproject.toml", rootdir=tests,
+                       invocation_dir=original)
+    spec = RerunSpec(setup, sandbox, ("test_t.py::a[x/y::z]", "test_t.py"))
+    command = build_command(spec, python="py")
+    assert command[3:5] == ["tests/test_t.py::a[x/y::z]", "tests/test_t.py"]
+    joined = shlex.join(command)
+    assert f"--rootdir {sandbox}/tests" in joined and f"-c {sandbox}/tests/pyproject.toml" in joined
+    assert child_dirs(setup, sandbox) == (sandbox / "tests", sandbox)
+    # pytest ran inside the test folder: from there, ids as they are
+    inside = RerunSpec(replace(setup, invocation_dir=tests), sandbox, ("test_t.py::a",))
+    assert child_dirs(inside.setup, sandbox) == (sandbox / "tests",) * 2
+    assert build_command(inside, python="py")[3] == "test_t.py::a"
+    # pytest ran outside the project: from the rootdir's twin
+    outside = RerunSpec(replace(setup, invocation_dir=tmp_path), sandbox, ("test_t.py::a",))
+    assert child_dirs(outside.setup, sandbox) == (sandbox / "tests",) * 2
 
 
 @pytest.mark.parametrize(

@@ -26,11 +26,11 @@ launches_key = pytest.StashKey[tuple[KernelLaunch, ...]]()
 class CapturePlugin:
     """Records launches per test and puts the record on each call-phase report."""
 
-    def __init__(self, config: pytest.Config, rootdir: Path) -> None:
+    def __init__(self, config: pytest.Config, root: Path) -> None:
         self.config = config
-        self.rootdir = rootdir
+        self.root = root
         self.notes: list[str] = []
-        self.recorder = LaunchRecorder(rootdir)
+        self.recorder = LaunchRecorder(root)
         try:
             self.recorder.install()
         except ImportError as error:  # no triton: heal from tracebacks alone
@@ -64,7 +64,7 @@ class CapturePlugin:
                 test_path=str(item.path),
                 launches=item.stash.get(launches_key, ()),
                 error=error,
-                root=self.rootdir,
+                root=self.root,
             )
             setattr(report, REPORT_ATTR, record)
         return report

@@ -21,6 +21,7 @@ from pytest_kernelfix.locate.grouping import BugGroup
 from pytest_kernelfix.redact import redact
 from pytest_kernelfix.report.folder import write_atomic
 from pytest_kernelfix.report.model import SessionReport, error_headline
+from pytest_kernelfix.root import git_top
 
 PATCH_MARKER = "Generated-by: pytest-kernelfix"
 
@@ -85,9 +86,9 @@ def repository_root(start: Path, environ: Mapping[str, str] | None = None) -> Pa
     """The git top level above ``start`` (a ``.git`` folder or file: worktrees,
     submodules); else ``$GITHUB_WORKSPACE`` when it holds ``start``; else ``start``."""
     start = Path(os.path.abspath(start))
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
+    top = git_top(start)
+    if top is not None:
+        return top
     workspace = (environ if environ is not None else os.environ).get("GITHUB_WORKSPACE", "")
     if workspace and start.is_relative_to(os.path.abspath(workspace)):
         return Path(os.path.abspath(workspace))

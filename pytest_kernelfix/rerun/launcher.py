@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelfix.project import is_within
 from pytest_kernelfix.rerun.args import filter_addopts, map_root_paths
 from pytest_kernelfix.rerun.plan import LAUNCHED_ENV, PLAN_ENV, DevicePlan, ProbePlan, RerunPlan
 from pytest_kernelfix.rerun.report import RerunResult
@@ -65,6 +66,12 @@ class RerunSetup:
     ``nice`` lowers the children's priority by that much (reruns made while the tests
     still run take only the cores the test run leaves); ``base_env`` is the environment
     children start from (the session's when the setup was made; None: the current one).
+
+    ``original_root`` is the project root, which the sandbox copies; ``rootdir`` (pytest's,
+    inside it; None: the same folder), ``inifile`` and ``invocation_dir`` (where pytest
+    ran) are the session's: a rerun runs pytest with their twins in the sandbox, so that it
+    reads the same config, names its tests with the same node ids and imports from the same
+    working directory (the rootdir's twin when pytest ran outside the project).
     """
 
     original_root: Path
@@ -72,6 +79,8 @@ class RerunSetup:
     device: DevicePlan = field(default_factory=DevicePlan)
     addopts: tuple[str, ...] = ()
     inifile: Path | None = None
+    rootdir: Path | None = None
+    invocation_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     mode: str = "auto"
@@ -135,18 +144,41 @@ def child_env(base: Mapping[str, str], setup: RerunSetup, plan_file: Path) -> di
     return env
 
 
+def child_dirs(setup: RerunSetup, sandbox_root: Path) -> tuple[Path, Path]:
+    """The child's rootdir and working directory: the sandbox twins of pytest's rootdir
+    and of where pytest ran (of the rootdir, when pytest ran outside the project)."""
+    sandbox, original = Path(sandbox_root), Path(setup.original_root)
+
+    def twin(path: Path | None) -> Path | None:
+        if path is None or not is_within(path, original):
+            return None
+        return sandbox / Path(os.path.abspath(path)).relative_to(os.path.abspath(original))
+
+    rootdir = twin(setup.rootdir) or sandbox
+    return rootdir, twin(setup.invocation_dir) or rootdir
+
+
+def _from(cwd: Path, rootdir: Path, nodeid: str) -> str:
+    """A rootdir-relative node id as pytest's argument in ``cwd``."""
+    if cwd == rootdir:
+        return nodeid
+    path, sep, rest = nodeid.partition("::")
+    return Path(os.path.relpath(rootdir / path, cwd)).as_posix() + sep + rest
+
+
 def build_command(spec: RerunSpec, python: str = sys.executable) -> list[str]:
     """``python -c BOOTSTRAP NODEIDS ...``: pytest with the agent, in the sandbox."""
     sandbox = Path(spec.sandbox_root)
     original = Path(spec.original_root)
     setup = spec.setup
+    rootdir, cwd = child_dirs(setup, sandbox)
     addopts = map_root_paths(filter_addopts(setup.addopts), original, sandbox)
     command = [
-        python, "-c", BOOTSTRAP, *spec.nodeids,
+        python, "-c", BOOTSTRAP, *(_from(cwd, rootdir, nodeid) for nodeid in spec.nodeids),
         "-p", "no:kernelfix",
         "-p", "pytest_kernelfix.rerun.child.agent",
         "-p", "no:cacheprovider",
-        "--rootdir", str(sandbox),
+        "--rootdir", str(rootdir),
     ]
     if setup.inifile is not None:
         command += ["-c", map_root_paths([str(setup.inifile)], original, sandbox)[0]]
@@ -181,15 +213,16 @@ def launch(setup: RerunSetup, sandbox_root: Path, command: list[str], env: Mappi
            stop: threading.Event) -> tuple[str, str, ForkResult]:
     """Run a child to its end (its exit, ``timeout``, or ``stop``) the setup's way:
     (mode, why it was not forked, how it ended)."""
+    cwd = child_dirs(setup, sandbox_root)[1]
     env = {**env, LAUNCHED_ENV: repr(time.time())}  # the child's phase timings start here
     server, why = server_for(setup, env, python, pool)
     if server is not None:
         try:
-            return "fork", "", server.run(command[3:], cwd=sandbox_root, env=env, log=log,
+            return "fork", "", server.run(command[3:], cwd=cwd, env=env, log=log,
                                           timeout=timeout, stop=stop, nice=setup.nice)
         except ForkUnavailable as error:
             why = str(error)
-    ended = run_group(command, cwd=sandbox_root, env=env, timeout=timeout, log=log,
+    ended = run_group(command, cwd=cwd, env=env, timeout=timeout, log=log,
                       stop=stop, nice=setup.nice)
     return "subprocess", "" if setup.mode == "subprocess" else why, ended
 

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Protocol
 
 from pytest_kernelfix.capture.records import PassedTest, Selection
@@ -32,6 +33,7 @@ from pytest_kernelfix.report.model import SessionReport
 from pytest_kernelfix.report.writeback import write_healed
 from pytest_kernelfix.rerun.launcher import RerunSetup, RerunStats
 from pytest_kernelfix.rerun.sandbox import Sandbox
+from pytest_kernelfix.root import outside_note
 from pytest_kernelfix.session.bug import Winner, heal_bug, interrupted, skipped
 from pytest_kernelfix.session.counted import CountedRunner
 from pytest_kernelfix.session.crashes import reproduce_crashes
@@ -205,6 +207,16 @@ NO_EDITABLE_SOURCE = (
 )
 
 
+def no_editable_source(group: BugGroup, root: Path) -> str:
+    """:data:`NO_EDITABLE_SOURCE`, and where the failure's code lies when that is outside
+    the project root (the root is chosen before any failure; see :mod:`pytest_kernelfix.root`)."""
+    paths = [path for failure in group.failures for path in (
+        *(frame.path for frame in failure.error.frames),
+        *(launch.file for launch in failure.launches))]
+    outside = outside_note(root, paths)
+    return f"{NO_EDITABLE_SOURCE}; {outside}" if outside else NO_EDITABLE_SOURCE
+
+
 @dataclass
 class Session:
     """The mutable state of one healing run, shared by its workers."""
@@ -279,7 +291,7 @@ class Session:
             if group.unreadable:
                 result = skipped(group, "cannot heal: " + "; ".join(group.unreadable))
             elif not group.editable:
-                result = skipped(group, NO_EDITABLE_SOURCE)
+                result = skipped(group, no_editable_source(group, inputs.project.root))
             else:
                 def progress(line: str, group: BugGroup = group) -> None:
                     self.say(group, line.strip())

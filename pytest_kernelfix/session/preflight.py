@@ -178,7 +178,8 @@ def check_fixer(settings: Settings, warn: Warn = _warn, probe: Probe | None = No
 
     model = settings.model.strip()
     if model.startswith(REPLAY_PREFIX):
-        check_cassette_found(model[len(REPLAY_PREFIX):].strip(), settings.rootdir)
+        check_cassette_found(model[len(REPLAY_PREFIX):].strip(), settings.root,
+                             settings.rootdir)
     if model == RECIPES or model.startswith(REPLAY_PREFIX):
         try:
             fixer = build_fixer(model, prompts_dir=settings.prompts_dir, record=settings.record)
@@ -199,9 +200,9 @@ def check_fixer(settings: Settings, warn: Warn = _warn, probe: Probe | None = No
                      warn)
 
 
-def check_cassette_found(path: str, rootdir: Path) -> None:
+def check_cassette_found(path: str, *roots: Path) -> None:
     """A missing cassette's error names every place it was looked for."""
-    candidates = replay_candidates(path, rootdir)
+    candidates = replay_candidates(path, *roots)
     if any(candidate.exists() for candidate in candidates):
         return
     searched = " and ".join(dict.fromkeys(os.path.abspath(c) for c in candidates))

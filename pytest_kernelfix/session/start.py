@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def session_project(config: pytest.Config, settings: Settings) -> Project:
     """The project as this session's configuration defines it."""
-    return Project(settings.rootdir, tuple(config.getini("python_files")), settings.paths)
+    return Project(settings.root, tuple(config.getini("python_files")), settings.paths)
 
 
 def positional_args(config: pytest.Config) -> tuple[str, ...]:
@@ -47,7 +47,9 @@ def rerun_setup(config: pytest.Config, settings: Settings, device: str) -> Rerun
     if device == "cuda":  # candidates share compiled kernels; never the user's ~/.triton
         env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
     return RerunSetup(
-        original_root=settings.rootdir,
+        original_root=settings.root,
+        rootdir=settings.rootdir,
+        invocation_dir=config.invocation_params.dir,
         timeout=settings.timeout,
         device=device_plan(device=device, cuda_shim=settings.cuda_shim,
                            target=settings.target, cache_dir=cache_dir),

@@ -82,8 +82,8 @@ class RerunAgent:
             self.reach = ReachMode(tuple(config.getini("python_files")), plan.sandbox_root)
         # Each launch is written as it first happens: a kernel that crashes the process
         # has already said what it launched, and from where.
-        self.recorder = LaunchRecorder(
-            config.rootpath, on_new=self._launched, on_launch=self.poisoner
+        self.recorder = LaunchRecorder(  # the project's frames: under the sandbox root
+            plan.sandbox_root, on_new=self._launched, on_launch=self.poisoner
         )
         self.last_outcome = ""
         self._running = ""
@@ -293,7 +293,7 @@ class RerunAgent:
         """Compile every project kernel the rerun launched for a real GPU target."""
         from pytest_kernelfix.rerun.probes.gate import compile_launch, parse_target
 
-        root = str(self.config.rootpath) + os.sep
+        root = str(self.plan.sandbox_root) + os.sep
         cache_dir = self.plan.device.cache_dir
         results = []
         for launch, kernel in self.kernels.items():
